@@ -1,0 +1,38 @@
+# Two commands matter: `make demo` and `make test`. Both create .venv when missing.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PIP := $(BIN)/python -m pip
+
+.PHONY: setup test demo lint format bench clean
+
+setup: $(STAMP)
+
+# The stamp depends on pyproject/constraints so edits re-run the install (idempotent).
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -c constraints.txt "torch==2.13.0"
+	$(PIP) install -q -c constraints.txt -e ".[dev,gym]"
+	touch $(STAMP)
+
+test: setup
+	$(BIN)/python -m pytest tests
+
+demo: setup
+	$(BIN)/python -m ragen.demo
+
+lint: setup
+	$(BIN)/ruff check ragen tests bench
+	$(BIN)/ruff format --check ragen tests bench
+
+format: setup
+	$(BIN)/ruff check --fix ragen tests bench
+	$(BIN)/ruff format ragen tests bench
+
+bench: setup
+	$(BIN)/python -m bench.run_all
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

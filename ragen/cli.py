@@ -1,0 +1,67 @@
+"""The ``ragen`` command line.
+
+Each area registers its own subcommands through a small ``cli`` module exposing
+``add_parser(subparsers)``; those modules import torch & co. only inside the
+command functions so that ``ragen envs`` starts instantly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# (module, what it provides) -- a missing module is skipped so partial installs still work.
+_COMMAND_MODULES = [
+    "ragen.envs.cli",  # envs, play
+    "ragen.models.cli",  # models create-tiny / fetch-smollm2 / info
+    "ragen.agent.cli",  # eval
+    "ragen.trainer.cli",  # train
+    "ragen.sft.cli",  # sft
+    "ragen.demo",  # demo
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ragen",
+        description="Multi-turn RL for LLM agents (StarPO / StarPO-S / TRICO).",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in _COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as err:
+            if err.name != name:  # a real missing dependency inside the module
+                raise
+            continue
+        if hasattr(module, "add_parser"):
+            module.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except (KeyError, ValueError, TypeError, FileNotFoundError, RuntimeError) as err:
+        # User-facing errors carry their own fix; show one line, not a stack trace.
+        # RAGEN_DEBUG=1 shows the traceback.
+        import os
+
+        if os.environ.get("RAGEN_DEBUG"):
+            raise
+        msg = err.args[0] if isinstance(err, KeyError) and err.args else err
+        print(f"ragen {args.command}: error: {msg}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
