@@ -65,8 +65,11 @@ class Env(ABC):
 
     #: one-line description shown by ``ragen envs``
     description: ClassVar[str] = ""
-    #: whether the env is single-turn (one response ends the episode)
-    single_turn: ClassVar[bool] = False
+    #: whether the env is single-turn (one response ends the episode); an instance may
+    #: override it from its config (e.g. countdown with ``max_attempts > 1``)
+    single_turn: bool = False
+    #: the registered name this instance was built under (set by ``registry.make``)
+    name: str = ""
 
     def __init__(self) -> None:
         self.rng = random.Random(0)
@@ -124,8 +127,21 @@ class Env(ABC):
             raise NotImplementedError(f"{type(self).__name__} has no discrete action list")
         return rng.choice(names)
 
-    def close(self) -> None:
+    def snapshot(self) -> object:
+        """A comparable summary of the full state (used to check that invalid actions
+        change nothing). The default is the text observation plus the episode flags;
+        envs whose state holds more than the text shows (step counters) override it."""
+        return (self.render("text"), self.done, self.success)
+
+    def close(self) -> None:  # noqa: B027 - an optional hook, a no-op by default
         """Release resources (most envs hold none)."""
+
+    # -- helpers for subclasses ---------------------------------------------------------
+    def _unsupported_mode(self, mode: str, supported: tuple[str, ...] = ("text",)) -> ValueError:
+        """The error ``render`` raises for a mode it cannot draw."""
+        return ValueError(
+            f"{type(self).__name__}.render got mode {mode!r}; supported: {', '.join(supported)}"
+        )
 
     # -- to implement -----------------------------------------------------------------
     @abstractmethod

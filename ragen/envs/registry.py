@@ -49,14 +49,13 @@ def names() -> list[str]:
 
 
 def spec(name: str) -> EnvSpec:
+    """The registration record of ``name``; unknown names raise ``KeyError`` listing all."""
     if name not in _REGISTRY:
         import difflib
 
         close = difflib.get_close_matches(name, _REGISTRY, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise KeyError(
-            f"unknown environment {name!r}.{hint} Registered: {', '.join(names())}."
-        )
+        raise KeyError(f"unknown environment {name!r}.{hint} Registered: {', '.join(names())}.")
     return _REGISTRY[name]
 
 
@@ -75,7 +74,22 @@ def make(name: str, **config: Any) -> Env:
                 f"environment {name!r} got unknown config key(s) {unknown}; "
                 f"accepted keys: {', '.join(allowed)}"
             )
-    return cls(**kwargs)
+    env = cls(**kwargs)
+    env.name = name
+    return env
+
+
+def config_keys(name: str) -> dict[str, Any]:
+    """The config keys ``name`` accepts with their effective defaults (preset over class)."""
+    s = spec(name)
+    params = inspect.signature(s.load_class().__init__).parameters
+    keys = {
+        k: p.default
+        for k, p in params.items()
+        if k != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
+    }
+    keys.update(s.defaults)
+    return keys
 
 
 def make_from_config(config: dict[str, Any] | str | Path) -> Env:

@@ -1,0 +1,78 @@
+"""ragen environments: a tiny text-env contract, a registry and the built-in suite.
+
+    >>> import ragen.envs as envs
+    >>> env = envs.make("sokoban")
+    >>> obs = env.reset(seed=0)
+    >>> obs, reward, done, info = env.step("up")
+
+Every env here is registered by name with preset defaults (``make(name, **overrides)``);
+see ``docs/ENVIRONMENTS.md`` for the knobs and for adding your own.
+"""
+
+from .base import Env, derive_seed, make_info, normalize_action
+from .registry import EnvSpec, config_keys, make, make_from_config, names, register, spec
+
+__all__ = [
+    "Env",
+    "EnvSpec",
+    "config_keys",
+    "derive_seed",
+    "make",
+    "make_from_config",
+    "make_info",
+    "names",
+    "normalize_action",
+    "register",
+    "spec",
+]
+
+_BANDIT = "ragen.envs.bandit:BanditEnv"
+_SOKOBAN = "ragen.envs.sokoban.env:SokobanEnv"
+_LAKE = "ragen.envs.frozen_lake:FrozenLakeEnv"
+
+register(
+    "bandit", _BANDIT, "Two-armed bandit, train names Phoenix (safe) / Dragon (risky); single turn"
+)
+register(
+    "bandit_test",
+    _BANDIT,
+    "Two-armed bandit with unseen (safe, risky) name pairs, one per seed; single turn",
+    arm_pairs="test",
+)
+register(
+    "bandit_reversed",
+    _BANDIT,
+    "Two-armed bandit with reversed semantics: Phoenix is the risky arm; single turn",
+    reversed_semantics=True,
+)
+register("sokoban", _SOKOBAN, "Sokoban 6x6, 1 box; push every box onto a target")
+register(
+    "sokoban_large",
+    _SOKOBAN,
+    "Sokoban 8x8, 2 boxes",
+    dim_room=(8, 8),
+    num_boxes=2,
+)
+register(
+    "sokoban_symbols",
+    _SOKOBAN,
+    "Sokoban 6x6, 1 box, drawn with a different symbol vocabulary (letters)",
+    symbols="letters",
+)
+register("frozen_lake", _LAKE, "FrozenLake 4x4, random map, slippery (intended move p=0.8)")
+register("frozen_lake_det", _LAKE, "FrozenLake 4x4, random map, deterministic (p=1)", p=1.0)
+register(
+    "countdown",
+    "ragen.envs.countdown:CountdownEnv",
+    "Countdown: reach the target from 3-4 numbers with + - * / (single turn)",
+)
+register(
+    "gym_frozen_lake",
+    "ragen.envs.gym_adapter:GymFrozenLakeEnv",
+    "gymnasium FrozenLake-v1 (fixed 4x4 map, slippery) via the adapter; needs ragen[gym]",
+)
+register(
+    "gym_taxi",
+    "ragen.envs.gym_adapter:GymTaxiEnv",
+    "gymnasium Taxi via the adapter; needs ragen[gym]",
+)

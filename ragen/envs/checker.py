@@ -1,0 +1,226 @@
+"""Check that an environment follows the ragen contract (like gymnasium's env checker).
+
+    >>> from ragen.envs import make
+    >>> from ragen.envs.checker import check_env
+    >>> check_env(make("sokoban"))          # raises EnvCheckError naming the broken rule
+
+Checks, for each seed:
+
+1. ``instructions`` is a non-empty string;
+2. ``reset(seed)`` returns a string equal to ``render("text")``, and resetting again
+   with the same seed gives the same observation and state (``snapshot()``), also
+   after an episode was played;
+3. ``step`` returns ``(str, float, bool, dict)`` with the keys ``action_is_valid``,
+   ``action_is_effective`` and ``success``; episodes of random valid actions run to the
+   end (or a step cap) without raising;
+4. random garbage strings never raise, and whenever one is reported invalid the
+   state is unchanged and the episode goes on;
+5. with the same ``seed`` and ``rng_seed`` the same actions give the same trajectory;
+6. every name in ``action_names`` and the ``oracle_action`` are accepted as valid;
+7. ``render("rgb")``, where supported, is an ``(H, W, 3)`` uint8 array;
+8. after ``done``, ``step`` still returns ``done=True`` without raising.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterable
+
+import numpy as np
+
+from .base import Env
+
+REQUIRED_INFO_KEYS = ("action_is_valid", "action_is_effective", "success")
+_GARBAGE_ALPHABET = "abcdefghijklmnopqrstuvwxyz ABCXYZ0123456789+-*/()<>|=_.,;:!?\t\n'\"#@$√é漢😀"
+_FIXED_GARBAGE = (
+    "",
+    " ",
+    "\n",
+    "none",
+    "<answer>up</answer>",
+    "up up",
+    "9" * 300,
+    "(" * 200,
+    "x" * 5000,
+)
+
+
+class EnvCheckError(AssertionError):
+    """The environment breaks a rule of the contract (the message names it)."""
+
+
+def _fail(env: Env, rule: str) -> EnvCheckError:
+    return EnvCheckError(f"{type(env).__name__}{f' ({env.name})' if env.name else ''}: {rule}")
+
+
+def check_env(
+    env: Env,
+    seeds: Iterable[int] = (0, 1, 2),
+    max_steps: int = 50,
+    fuzz: int = 30,
+) -> None:
+    """Raise :class:`EnvCheckError` if ``env`` breaks the contract; return None if it passes.
+
+    Args:
+        env: the environment instance to exercise (its state is changed).
+        seeds: initial-state seeds to test.
+        max_steps: cap on random steps per episode.
+        fuzz: random garbage action strings tried per seed.
+    """
+    if not isinstance(env, Env):
+        raise TypeError(f"check_env expects a ragen Env, got {type(env).__name__}")
+    if not isinstance(env.instructions, str) or not env.instructions.strip():
+        raise _fail(env, "instructions must be a non-empty string")
+    for seed in seeds:
+        rng = random.Random(seed)
+        _check_reset(env, seed)
+        _check_valid_names(env, seed)
+        _check_garbage(env, seed, rng, fuzz)
+        _check_episode(env, seed, rng, max_steps)
+        _check_reproducible(env, seed, max_steps)
+        _check_rgb(env, seed)
+
+
+def _check_reset(env: Env, seed: int) -> None:
+    obs = env.reset(seed)
+    if not isinstance(obs, str):
+        raise _fail(env, f"reset must return a str, got {type(obs).__name__}")
+    if obs != env.render("text"):
+        raise _fail(env, "reset's observation differs from render('text')")
+    if env.done:
+        raise _fail(env, "the episode is done right after reset")
+    state = env.snapshot()
+    # play a little, then the same seed must give the same state again
+    step_rng = random.Random(seed + 1)
+    for _ in range(3):
+        if env.done:
+            break
+        env.step(_any_action(env, step_rng))
+    again = env.reset(seed)
+    if again != obs or env.snapshot() != state:
+        raise _fail(env, f"reset({seed}) is not deterministic (state differs on a second reset)")
+
+
+def _check_valid_names(env: Env, seed: int) -> None:
+    env.reset(seed)
+    for name in env.action_names or []:
+        env.reset(seed)
+        _, _, _, info = _checked_step(env, name)
+        if not info["action_is_valid"]:
+            raise _fail(env, f"action name {name!r} from action_names is reported invalid")
+        env.reset(seed)
+        _, _, _, info = _checked_step(env, f"  {name.upper()} ")
+        if not info["action_is_valid"]:
+            raise _fail(env, f"action {name!r} is not matched case-/whitespace-insensitively")
+    env.reset(seed)
+    oracle = env.oracle_action()
+    if oracle is not None:
+        if not isinstance(oracle, str):
+            raise _fail(env, f"oracle_action must return a str or None, got {oracle!r}")
+        _, _, _, info = _checked_step(env, oracle)
+        if not info["action_is_valid"]:
+            raise _fail(env, f"oracle_action {oracle!r} is reported invalid")
+
+
+def _check_garbage(env: Env, seed: int, rng: random.Random, fuzz: int) -> None:
+    env.reset(seed)
+    strings = list(_FIXED_GARBAGE) + [
+        "".join(rng.choice(_GARBAGE_ALPHABET) for _ in range(rng.randint(1, 30)))
+        for _ in range(fuzz)
+    ]
+    for text in strings:
+        if env.done:
+            env.reset(seed)
+        before_obs, before = env.render("text"), env.snapshot()
+        try:
+            obs, _, done, info = _checked_step(env, text)
+        except EnvCheckError:
+            raise
+        except Exception as err:  # noqa: BLE001 - any exception is the failure we report
+            raise _fail(env, f"step({text[:40]!r}) raised {type(err).__name__}: {err}") from err
+        if not info["action_is_valid"]:
+            if env.snapshot() != before or obs != before_obs:
+                raise _fail(env, f"invalid action {text[:40]!r} changed the state")
+            if done:
+                raise _fail(env, f"invalid action {text[:40]!r} ended the episode")
+
+
+def _check_episode(env: Env, seed: int, rng: random.Random, max_steps: int) -> None:
+    env.reset(seed, rng_seed=rng.getrandbits(32))
+    for _ in range(max_steps):
+        _, _, done, _ = _checked_step(env, _any_action(env, rng))
+        if done:
+            obs, reward, still_done, info = _checked_step(env, _any_action(env, rng))
+            if not still_done:
+                raise _fail(env, "step after the episode ended must return done=True")
+            if obs != env.render("text"):
+                raise _fail(env, "step after the end must return the current observation")
+            break
+
+
+def _check_reproducible(env: Env, seed: int, max_steps: int) -> None:
+    def play() -> list:
+        env.reset(seed, rng_seed=seed * 7 + 3)
+        action_rng = random.Random(seed)
+        trace = []
+        for _ in range(min(max_steps, 20)):
+            obs, reward, done, info = env.step(_any_action(env, action_rng))
+            trace.append((obs, reward, done, info.get("success")))
+            if done:
+                break
+        return trace
+
+    if play() != play():
+        raise _fail(env, "the same seed, rng_seed and actions gave different trajectories")
+
+
+def _check_rgb(env: Env, seed: int) -> None:
+    env.reset(seed)
+    try:
+        frame = env.render("rgb")
+    except (ValueError, NotImplementedError):
+        return  # rgb not supported: fine
+    if not (
+        isinstance(frame, np.ndarray)
+        and frame.dtype == np.uint8
+        and frame.ndim == 3
+        and frame.shape[2] == 3
+        and frame.shape[0] > 0
+        and frame.shape[1] > 0
+    ):
+        raise _fail(env, "render('rgb') must return an (H, W, 3) uint8 numpy array")
+    try:
+        env.render("no-such-mode")
+    except ValueError:
+        pass
+    else:
+        raise _fail(env, "render with an unknown mode must raise ValueError")
+
+
+def _any_action(env: Env, rng: random.Random) -> str:
+    try:
+        return env.random_action(rng)
+    except NotImplementedError:
+        return rng.choice(["up", "0", "a", "1 + 1"])
+
+
+def _checked_step(env: Env, action: str):
+    result = env.step(action)
+    if not (isinstance(result, tuple) and len(result) == 4):
+        raise _fail(env, "step must return (obs, reward, done, info)")
+    obs, reward, done, info = result
+    if not isinstance(obs, str):
+        raise _fail(env, f"observation must be a str, got {type(obs).__name__}")
+    if not isinstance(reward, float) or not math.isfinite(reward):
+        raise _fail(env, f"reward must be a finite float, got {reward!r}")
+    if not isinstance(done, bool):
+        raise _fail(env, f"done must be a bool, got {type(done).__name__}")
+    if not isinstance(info, dict):
+        raise _fail(env, f"info must be a dict, got {type(info).__name__}")
+    missing = [k for k in REQUIRED_INFO_KEYS if k not in info]
+    if missing:
+        raise _fail(env, f"info lacks the key(s) {missing}")
+    if done != env.done:
+        raise _fail(env, "the returned done differs from env.done")
+    return obs, reward, done, info

@@ -1,0 +1,233 @@
+"""``ragen envs`` (list environments) and ``ragen play`` (play one in the terminal).
+
+    ragen envs                      # names and one-line descriptions
+    ragen envs --keys               # ... with every config key and its default
+    ragen envs --summary            # oracle vs random policy on every env
+    ragen play sokoban --seed 3     # you play: type actions, 'quit' to stop
+    ragen play frozen_lake --solver --set p=1/3 --set size=5
+    ragen play sokoban --set levels=handmade --seed 1
+
+Also :func:`solver_summary` (oracle vs random reference policies per env), used by
+the demo.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from typing import Any, TextIO
+
+_QUIT_WORDS = {"quit", "exit"}
+
+
+def add_parser(subparsers: Any) -> None:
+    envs_parser = subparsers.add_parser("envs", help="list the registered environments")
+    envs_parser.add_argument(
+        "--keys", action="store_true", help="also list config keys and defaults"
+    )
+    envs_parser.add_argument(
+        "--summary", action="store_true", help="run the oracle and random policies on every env"
+    )
+    envs_parser.add_argument(
+        "--episodes", type=int, default=20, help="episodes per policy (--summary)"
+    )
+    envs_parser.set_defaults(func=cmd_envs)
+
+    play = subparsers.add_parser(
+        "play",
+        help="play an environment in the terminal (or watch its solver)",
+        description="Play ENV: type an action per prompt; 'quit' or end of input stops.",
+    )
+    play.add_argument("env", help="registered environment name (see `ragen envs`)")
+    play.add_argument("--seed", type=int, default=0, help="initial-state seed")
+    play.add_argument("--solver", action="store_true", help="watch the built-in solver play")
+    play.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config override (YAML value), e.g. --set dim_room=[8,8] --set p=1.0",
+    )
+    play.add_argument("--max-steps", type=int, default=500, help="safety cap on steps")
+    play.set_defaults(func=cmd_play)
+
+
+# -- ragen envs ---------------------------------------------------------------------------------
+def cmd_envs(args: argparse.Namespace) -> int:
+    from . import config_keys, names, spec
+
+    width = max(len(n) for n in names())
+    for name in names():
+        print(f"{name:<{width}}  {spec(name).description}")
+        if args.keys:
+            try:
+                keys = config_keys(name)
+            except ImportError as err:  # optional dependency missing: still list the env
+                print(f"{'':<{width}}    (config unavailable: {err})")
+                continue
+            for key, default in keys.items():
+                print(f"{'':<{width}}    {key} = {default!r}")
+    if args.summary:
+        print()
+        print_solver_summary(solver_summary(names(), episodes=args.episodes))
+    return 0
+
+
+# -- ragen play ---------------------------------------------------------------------------------
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """``["a=1", "b=[8, 8]"]`` -> ``{"a": 1, "b": [8, 8]}`` (values parsed as YAML)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
+        value = yaml.safe_load(raw) if raw.strip() else ""
+        if isinstance(value, str) and "/" in value:  # allow fractions such as p=1/3
+            num, _, den = value.partition("/")
+            try:
+                value = float(num) / float(den)
+            except ValueError:
+                pass
+        out[key.strip()] = value
+    return out
+
+
+def cmd_play(args: argparse.Namespace) -> int:
+    from . import make
+
+    env = make(args.env, **parse_overrides(args.overrides))
+    return play(env, seed=args.seed, solver=args.solver, max_steps=args.max_steps)
+
+
+def play(
+    env: Any, seed: int = 0, solver: bool = False, max_steps: int = 500, out: TextIO | None = None
+) -> int:
+    """Interactive loop (or the solver playing) on ``env``; returns an exit code."""
+    out = out or sys.stdout
+
+    def say(text: str = "") -> None:
+        print(text, file=out, flush=True)
+
+    obs = env.reset(seed)
+    say(env.instructions)
+    say("-" * 40)
+    say(obs)
+    total, steps = 0.0, 0
+    while not env.done and steps < max_steps:
+        if solver:
+            action = env.oracle_action()
+            if action is None:
+                say("(the solver has no move from this state)")
+                break
+            say(f"solver> {action}")
+        else:
+            try:
+                action = input("action> ")
+            except EOFError:
+                say()
+                break
+            if action.strip().lower() in _QUIT_WORDS:
+                break
+            if not action.strip():
+                continue
+        obs, reward, done, info = env.step(action)
+        steps += info["action_is_valid"]
+        total += reward
+        say(obs)
+        extras = {
+            k: v
+            for k, v in info.items()
+            if k not in ("action_is_valid", "action_is_effective", "success")
+        }
+        say(
+            f"reward={reward:+.2f}  total={total:+.2f}  done={done}  valid={info['action_is_valid']}"
+            f"  effective={info['action_is_effective']}  success={info['success']}"
+            + (f"  {extras}" if extras else "")
+        )
+        if not info["action_is_valid"] and env.action_names:
+            say(f"(not an action; use one of: {', '.join(env.action_names)})")
+    say(f"episode over: success={env.success}  total reward={total:+.2f}  steps={steps}")
+    return 0
+
+
+# -- reference policies -------------------------------------------------------------------------
+def solver_summary(
+    env_names: list[str],
+    episodes: int = 20,
+    seed: int = 0,
+    max_steps: int = 200,
+    configs: dict[str, dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """Oracle (built-in solver) vs uniformly random policy on each env.
+
+    Each policy plays ``episodes`` episodes on seeds ``seed, seed+1, ...`` (at most
+    ``max_steps`` steps). Envs whose optional dependency is missing are skipped.
+
+    Returns:
+        One dict per env: ``env``, ``episodes``, and for ``p`` in (``oracle``, ``random``):
+        ``{p}_success`` (rate in [0, 1]), ``{p}_reward`` (mean episode return) and
+        ``{p}_steps`` (mean steps); the oracle entries are None when the env has no solver.
+    """
+    from . import derive_seed, make
+
+    rows = []
+    for name in env_names:
+        try:
+            env = make(name, **(configs or {}).get(name, {}))
+        except ImportError:
+            continue
+        row: dict[str, Any] = {"env": name, "episodes": episodes}
+        for policy in ("oracle", "random"):
+            results = []
+            for ep in range(episodes):
+                env.reset(seed + ep, rng_seed=derive_seed("summary", policy, seed, ep))
+                rng = random.Random(derive_seed("random-policy", seed, ep))
+                total, steps = 0.0, 0
+                while not env.done and steps < max_steps:
+                    action = env.oracle_action() if policy == "oracle" else env.random_action(rng)
+                    if action is None:
+                        break
+                    _, reward, _, _ = env.step(action)
+                    total += reward
+                    steps += 1
+                if policy == "oracle" and steps == 0 and not env.done:
+                    results = None  # no solver for this env
+                    break
+                results.append((env.success, total, steps))
+            for key, idx in (("success", 0), ("reward", 1), ("steps", 2)):
+                row[f"{policy}_{key}"] = (
+                    None if results is None else sum(float(r[idx]) for r in results) / len(results)
+                )
+        env.close()
+        rows.append(row)
+    return rows
+
+
+def format_solver_summary(rows: list[dict[str, Any]]) -> str:
+    """A fixed-width table of :func:`solver_summary` rows."""
+
+    def cell(value: Any, pct: bool = False) -> str:
+        if value is None:
+            return "-"
+        return f"{100 * value:.0f}%" if pct else f"{value:.2f}"
+
+    header = (
+        f"{'env':<16} {'oracle succ':>11} {'reward':>7} {'steps':>6}   "
+        f"{'random succ':>11} {'reward':>7} {'steps':>6}"
+    )
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        lines.append(
+            f"{r['env']:<16} {cell(r['oracle_success'], True):>11} {cell(r['oracle_reward']):>7} "
+            f"{cell(r['oracle_steps']):>6}   {cell(r['random_success'], True):>11} "
+            f"{cell(r['random_reward']):>7} {cell(r['random_steps']):>6}"
+        )
+    return "\n".join(lines)
+
+
+def print_solver_summary(rows: list[dict[str, Any]], file: TextIO | None = None) -> None:
+    print(format_solver_summary(rows), file=file or sys.stdout)

@@ -1,0 +1,387 @@
+"""FrozenLake: walk from the start to the goal across slippery ice without falling in a hole.
+
+Dynamics: the intended move happens with probability ``p``; otherwise the agent slides
+to one of the two perpendicular directions, each with probability ``(1 - p) / 2``.
+``p = 1/3`` is exactly gymnasium's slippery ``FrozenLake-v1``; ``p = 1`` is deterministic.
+Moving into the edge of the map leaves the agent in place. Reward +1 on reaching the
+goal; the episode ends in a hole or at the goal (or after ``max_steps``).
+
+Maps are random per seed (random start and goal, holes with ``hole_density``, always a
+hole-free path between them) or given in gymnasium notation (``desc=["SFFF", ...]``).
+The oracle is the optimal policy for the slippery dynamics, found by value iteration
+on the probability of ever reaching the goal.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections.abc import Sequence
+
+import numpy as np
+
+from .base import Env, StepResult, derive_seed, make_info
+
+#: action names in gymnasium's order (0 = left, 1 = down, 2 = right, 3 = up)
+ACTION_NAMES: tuple[str, ...] = ("left", "down", "right", "up")
+ACTION_ALIASES: dict[str, int] = {
+    "left": 0,
+    "l": 0,
+    "down": 1,
+    "d": 1,
+    "right": 2,
+    "r": 2,
+    "up": 3,
+    "u": 3,
+}
+_MOVES = ((0, -1), (1, 0), (0, 1), (-1, 0))  # (drow, dcol) per action
+
+#: text symbols (the RAGEN paper's vocabulary)
+SYMBOLS = {
+    "player": "P",
+    "frozen": "_",
+    "hole": "O",
+    "goal": "G",
+    "player_in_hole": "X",
+    "player_on_goal": "√",
+}
+_MAP_TRIES = 1000
+_TILE_CACHE: dict[int, np.ndarray] = {}
+
+
+def parse_desc(desc: Sequence[str] | str) -> tuple[str, ...]:
+    """Validate a map in gymnasium notation (S start, F frozen, H hole, G goal)."""
+    rows = desc.split() if isinstance(desc, str) else [str(r) for r in desc]
+    if not rows or any(len(r) != len(rows[0]) for r in rows) or not rows[0]:
+        raise ValueError(f"desc must be equal-length rows of S/F/H/G, got {desc!r}")
+    text = "".join(rows).upper()
+    bad = set(text) - set("SFHG")
+    if bad:
+        raise ValueError(f"desc has unknown cell(s) {sorted(bad)}; use S, F, H, G")
+    if text.count("S") != 1 or text.count("G") != 1:
+        raise ValueError(f"desc needs exactly one S and one G, got {desc!r}")
+    return tuple(r.upper() for r in rows)
+
+
+def has_path(desc: Sequence[str]) -> bool:
+    """Whether a hole-free 4-connected path joins S and G."""
+    rows, cols = len(desc), len(desc[0])
+    start = next((r, c) for r in range(rows) for c in range(cols) if desc[r][c] == "S")
+    seen = {start}
+    stack = [start]
+    while stack:
+        r, c = stack.pop()
+        if desc[r][c] == "G":
+            return True
+        for dr, dc in _MOVES:
+            nr, nc = r + dr, c + dc
+            if 0 <= nr < rows and 0 <= nc < cols and (nr, nc) not in seen and desc[nr][nc] != "H":
+                seen.add((nr, nc))
+                stack.append((nr, nc))
+    return False
+
+
+def generate_map(
+    rng: random.Random, size: int, hole_density: float, max_tries: int = _MAP_TRIES
+) -> tuple[str, ...]:
+    """A random ``size x size`` map with random start/goal and a hole-free path.
+
+    Each cell other than start and goal is a hole with probability ``hole_density``;
+    maps without a path are redrawn, at most ``max_tries`` times (then ``ValueError``).
+    """
+    n = size * size
+    for _ in range(max_tries):
+        start, goal = rng.sample(range(n), 2)
+        cells = ["H" if rng.random() < hole_density else "F" for _ in range(n)]
+        cells[start], cells[goal] = "S", "G"
+        desc = tuple("".join(cells[r * size : (r + 1) * size]) for r in range(size))
+        if has_path(desc):
+            return desc
+    raise ValueError(
+        f"hole_density={hole_density} is too high for size={size}: no map with a path from "
+        f"start to goal in {max_tries} tries; lower hole_density"
+    )
+
+
+def move(desc: Sequence[str], pos: int, direction: int) -> int:
+    """Flat position after moving in ``direction`` (staying put at the map's edge)."""
+    cols = len(desc[0])
+    r, c = divmod(pos, cols)
+    dr, dc = _MOVES[direction]
+    nr, nc = r + dr, c + dc
+    if 0 <= nr < len(desc) and 0 <= nc < cols:
+        return nr * cols + nc
+    return pos
+
+
+def transitions(desc: Sequence[str], pos: int, action: int, p: float) -> list[tuple[float, int]]:
+    """``[(probability, next_pos)]`` of ``action`` from ``pos``, equal outcomes merged."""
+    out: dict[int, float] = {}
+    for direction, prob in (
+        ((action - 1) % 4, (1 - p) / 2),
+        (action, p),
+        ((action + 1) % 4, (1 - p) / 2),
+    ):
+        if prob > 0:
+            nxt = move(desc, pos, direction)
+            out[nxt] = out.get(nxt, 0.0) + prob
+    return sorted((prob, nxt) for nxt, prob in out.items())
+
+
+@functools.lru_cache(maxsize=4096)
+def solve_lake(desc: tuple[str, ...], p: float) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """Optimal policy and success probabilities for the slippery dynamics.
+
+    Phase 1 maximizes the probability of ever reaching the goal:
+    ``V(s) = max_a sum_s' P(s'|s,a) V(s')``, ``V(goal) = 1``, ``V(hole) = 0``. Value
+    iteration from ``V = 0`` converges to the right (least) fixed point but slowly when
+    the best play is a cautious loop, so every sweep also evaluates its greedy policy
+    exactly (a linear solve) and keeps the larger value; both are lower bounds of the
+    optimum, so the result converges to it in a handful of sweeps.
+
+    Phase 2 breaks ties among probability-optimal actions (within 1e-9) by policy
+    iteration on the discounted (gamma 0.9) chance of reaching the goal, so the policy
+    heads for the goal instead of idling against a wall.
+
+    Returns:
+        ``(policy, values)``: per flat cell, the best action id and its success probability
+        (terminal cells: action 0, value 1 at the goal and 0 in holes).
+    """
+    n = len(desc) * len(desc[0])
+    flat = "".join(desc)
+    terminal = np.array([ch in "HG" for ch in flat])
+    goal = np.array([ch == "G" for ch in flat], dtype=float)
+    T = np.zeros((4, n, n))  # T[a, s, s'] for non-terminal s; terminal rows stay 0
+    for s in range(n):
+        if not terminal[s]:
+            for a in range(4):
+                for prob, nxt in transitions(desc, s, a, p):
+                    T[a, s, nxt] += prob
+    states = np.arange(n)
+
+    def evaluate(policy: np.ndarray, gamma: float) -> np.ndarray:
+        """Exact value of a deterministic policy: solve ``V = gamma P V`` with V(goal) = 1."""
+        P = T[policy, states]  # (n, n)
+        # cells from which the policy can reach the goal at all; the others have value 0
+        reach = goal > 0
+        while True:
+            grown = reach | (~terminal & (P[:, reach].sum(axis=1) > 0))
+            if (grown == reach).all():
+                break
+            reach = grown
+        unknown = np.flatnonzero(reach & ~terminal)
+        values = goal.copy()
+        if unknown.size:
+            A = np.eye(unknown.size) - gamma * P[np.ix_(unknown, unknown)]
+            values[unknown] = np.linalg.solve(A, gamma * P[unknown] @ goal)
+        return values
+
+    # phase 1: success probability
+    values = goal.copy()
+    for _ in range(10_000):
+        q = T @ values  # (4, n)
+        new = np.where(terminal, goal, q.max(axis=0))
+        new = np.maximum(new, evaluate(q.argmax(axis=0), 1.0))
+        if np.max(np.abs(new - values)) < 1e-13:
+            values = new
+            break
+        values = new
+    q = T @ values
+    allowed = q >= values[None, :] - 1e-9
+
+    # phase 2: among optimal actions, the fastest (discounted policy iteration)
+    policy = np.argmax(np.where(allowed, q, -np.inf), axis=0)
+    for _ in range(1000):
+        fast = evaluate(policy, 0.9)
+        better = np.argmax(np.where(allowed, T @ fast, -np.inf), axis=0)
+        keep = (T[better, states] @ fast) <= (T[policy, states] @ fast) + 1e-12
+        better[keep] = policy[keep]  # change only on strict improvement (no flip-flopping)
+        if (better == policy).all():
+            break
+        policy = better
+    policy[terminal] = 0
+    values = np.clip(values, 0.0, 1.0)  # the linear solves can overshoot 1 by ~1e-15
+    return tuple(int(a) for a in policy), tuple(float(v) for v in values)
+
+
+class FrozenLakeEnv(Env):
+    """FrozenLake on a random or given map.
+
+    Config:
+        size: side of generated maps.
+        hole_density: chance that a generated cell (other than start/goal) is a hole.
+        p: probability that the intended move happens (1 = not slippery, 1/3 = gymnasium).
+        desc: a fixed map in gymnasium notation, e.g. ``["SFFF", "FHFH", "FFFH", "HFFG"]``;
+            when given, ``size`` and ``hole_density`` are ignored.
+        max_steps: the episode ends (``info["truncated"]``) after this many steps.
+        tile_size: pixel size of one cell in ``render("rgb")``.
+    """
+
+    description = "FrozenLake: reach the goal on slippery ice, avoid holes (4x4, p=0.8)"
+
+    def __init__(
+        self,
+        size: int = 4,
+        hole_density: float = 0.2,
+        p: float = 0.8,
+        desc: Sequence[str] | str | None = None,
+        max_steps: int = 100,
+        tile_size: int = 16,
+    ) -> None:
+        super().__init__()
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"p={p} must be a probability in [0, 1]")
+        if not 0.0 <= hole_density < 1.0:
+            raise ValueError(f"hole_density={hole_density} must be in [0, 1)")
+        if size < 2:
+            raise ValueError(f"size={size} must be >= 2")
+        if max_steps < 1:
+            raise ValueError(f"max_steps={max_steps} must be >= 1")
+        self.size = int(size)
+        self.hole_density = float(hole_density)
+        self.p = float(p)
+        self.max_steps = int(max_steps)
+        self.tile_size = int(tile_size)
+        self.fixed_desc = None if desc is None else parse_desc(desc)
+        if self.fixed_desc is None:
+            # fail at construction, not at the first reset, when the density is hopeless
+            generate_map(random.Random(0), self.size, self.hole_density)
+        self._load(self.fixed_desc or ("SG",))
+
+    def _load(self, desc: tuple[str, ...]) -> None:
+        self.desc = desc
+        self.rows, self.cols = len(desc), len(desc[0])
+        self._flat = "".join(desc)
+        self._start = self._flat.index("S")
+        self._pos = self._start
+        self._steps = 0
+
+    # -- episode ----------------------------------------------------------------------------
+    def _reset(self, seed: int) -> None:
+        if self.fixed_desc is not None:
+            self._load(self.fixed_desc)
+        else:
+            rng = random.Random(derive_seed("frozen-lake-map", seed))
+            self._load(generate_map(rng, self.size, self.hole_density))
+
+    def _step(self, action: str) -> StepResult:
+        a = ACTION_ALIASES.get(action)
+        if a is None:
+            return self.render("text"), 0.0, False, make_info(False, False, False)
+        u = self.rng.random()
+        side = (1.0 - self.p) / 2.0
+        direction = a if u < self.p else (a - 1) % 4 if u < self.p + side else (a + 1) % 4
+        old = self._pos
+        self._pos = move(self.desc, old, direction)
+        self._steps += 1
+        cell = self._flat[self._pos]
+        success = cell == "G"
+        truncated = cell not in "HG" and self._steps >= self.max_steps
+        info = make_info(
+            True,
+            self._pos != old,
+            success,
+            slipped=direction != a,
+            fell_in_hole=cell == "H",
+            steps=self._steps,
+            truncated=truncated,
+        )
+        return self.render("text"), float(success), cell in "HG" or truncated, info
+
+    # -- views --------------------------------------------------------------------------------
+    @property
+    def action_names(self) -> list[str]:
+        return list(ACTION_NAMES)
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """``(row, col)`` of the agent."""
+        return divmod(self._pos, self.cols)
+
+    def snapshot(self) -> object:
+        return (self.desc, self._pos, self._steps, self.done, self.success)
+
+    def transition_table(self) -> dict[int, dict[int, list[tuple[float, int]]]]:
+        """``{state: {action: [(prob, next_state)]}}`` for non-terminal states (compare
+        with gymnasium's ``env.unwrapped.P``)."""
+        n = self.rows * self.cols
+        return {
+            s: {a: transitions(self.desc, s, a, self.p) for a in range(4)}
+            for s in range(n)
+            if self._flat[s] not in "HG"
+        }
+
+    @property
+    def instructions(self) -> str:
+        s = SYMBOLS
+        if self.p >= 1.0:
+            ice = "The ice is not slippery: you always move where you intend."
+        else:
+            ice = (
+                f"The ice is slippery: you move in the intended direction with probability "
+                f"{self.p:.2f}; otherwise you slide to one of the two perpendicular directions "
+                f"(probability {(1 - self.p) / 2:.2f} each)."
+            )
+        return (
+            "You are walking on a frozen lake. Reach the goal without falling into a hole.\n"
+            f"{ice} Moving into the edge of the map leaves you in place.\n"
+            f"Symbols: {s['player']} you, {s['frozen']} frozen ice, {s['hole']} hole, "
+            f"{s['goal']} goal, {s['player_in_hole']} you in a hole, "
+            f"{s['player_on_goal']} you on the goal.\n"
+            f"Reward: +1 for reaching the goal; falling into a hole ends the episode. "
+            f"At most {self.max_steps} actions.\n"
+            "Actions: left, down, right, up (also l, d, r, u).\n"
+            "Answer with one or more of: left, down, right, up (e.g. 'down || right')."
+        )
+
+    def render(self, mode: str = "text") -> str | np.ndarray:
+        if mode == "text":
+            cell = {"H": SYMBOLS["hole"], "G": SYMBOLS["goal"]}
+            chars = [cell.get(ch, SYMBOLS["frozen"]) for ch in self._flat]
+            agent = {"H": SYMBOLS["player_in_hole"], "G": SYMBOLS["player_on_goal"]}
+            chars[self._pos] = agent.get(self._flat[self._pos], SYMBOLS["player"])
+            c = self.cols
+            return "\n".join("".join(chars[r * c : (r + 1) * c]) for r in range(self.rows))
+        if mode == "rgb":
+            from .rgb import compose
+
+            codes = [{"H": 1, "G": 2}.get(ch, 0) for ch in self._flat]
+            codes[self._pos] += 3
+            return compose(codes, self.cols, _tiles(self.tile_size))
+        raise self._unsupported_mode(mode, ("text", "rgb"))
+
+    # -- reference policies -------------------------------------------------------------------
+    def oracle_action(self) -> str | None:
+        """The action of the success-maximizing policy at the current cell."""
+        if self.done:
+            return None
+        policy, _ = solve_lake(self.desc, self.p)
+        return ACTION_NAMES[policy[self._pos]]
+
+    def optimal_success_probability(self, from_current: bool = False) -> float:
+        """Probability that the optimal policy ever reaches the goal (no step limit), from
+        the start cell (default) or the current cell."""
+        _, values = solve_lake(self.desc, self.p)
+        return values[self._pos if from_current else self._start]
+
+
+def _tiles(size: int) -> np.ndarray:
+    """Tiles: frozen, hole, goal, then the same three with the player on them."""
+    if size not in _TILE_CACHE:
+        from .rgb import fill, with_border, with_disc, with_square
+
+        frozen = with_border(fill(size, (200, 230, 250)), (170, 205, 230))
+        hole = with_border(fill(size, (20, 40, 90)), (170, 205, 230))
+        goal = with_square(frozen, (240, 190, 40), 0.2)
+        red = (210, 40, 40)
+        _TILE_CACHE[size] = np.stack(
+            [
+                frozen,
+                hole,
+                goal,
+                with_disc(frozen, red),
+                with_disc(hole, (120, 20, 20)),
+                with_disc(goal, red, 0.25),
+            ]
+        )
+    return _TILE_CACHE[size]

@@ -1,0 +1,152 @@
+"""FrozenLake: slippery dynamics (vs p and vs gymnasium), map generation, oracle."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from ragen.envs import make
+from ragen.envs.frozen_lake import FrozenLakeEnv, generate_map, has_path, solve_lake
+
+CLASSIC = ["SFFF", "FHFH", "FFFH", "HFFG"]
+
+
+def test_transition_frequencies_match_p():
+    """From the centre of an open map, each action lands intended / left / right with
+    probabilities p, (1-p)/2, (1-p)/2 (within 5 binomial standard deviations)."""
+    desc = ["FFFFF", "FFFFF", "FFSFF", "FFFFF", "GFFFF"]
+    n = 3000
+    for p in (0.8, 1 / 3):
+        env = FrozenLakeEnv(desc=desc, p=p)
+        for action, intended, sides in (
+            ("up", (1, 2), [(2, 1), (2, 3)]),
+            ("right", (2, 3), [(1, 2), (3, 2)]),
+        ):
+            counts: Counter = Counter()
+            for k in range(n):
+                env.reset(0, rng_seed=k)
+                env.step(action)
+                counts[env.position] += 1
+            for cell, prob in [(intended, p)] + [(c, (1 - p) / 2) for c in sides]:
+                sigma = math.sqrt(n * prob * (1 - prob))
+                assert abs(counts[cell] - n * prob) < 5 * sigma, (p, action, cell, counts)
+            assert sum(counts.values()) == n and len(counts) == 3
+
+
+@pytest.mark.parametrize("seed", [None, 0, 1, 2])
+def test_transition_table_matches_gymnasium_at_one_third(seed):
+    gym = pytest.importorskip("gymnasium")
+    desc = CLASSIC if seed is None else list(generate_map(random.Random(seed), 5, 0.25))
+    ours = FrozenLakeEnv(desc=desc, p=1 / 3)
+    ours.reset(0)
+    theirs = gym.make("FrozenLake-v1", desc=desc, is_slippery=True).unwrapped.P
+    table = ours.transition_table()
+    for state, actions in theirs.items():
+        if "".join(desc)[state] in "HG":
+            assert state not in table
+            continue
+        for action, outcomes in actions.items():
+            merged: Counter = Counter()
+            for prob, nxt, _, _ in outcomes:
+                merged[nxt] += prob
+            mine = {nxt: prob for prob, nxt in table[state][action]}
+            assert mine.keys() == merged.keys()
+            for nxt, prob in merged.items():
+                assert mine[nxt] == pytest.approx(prob)
+
+
+def test_generated_maps_have_a_path_and_depend_only_on_the_seed():
+    env = make("frozen_lake", size=5, hole_density=0.4)
+    maps = [env.reset(s) and env.desc for s in range(40)]
+    assert maps == [env.reset(s) and env.desc for s in range(40)]
+    assert len(set(maps)) > 30
+    for desc in maps:
+        flat = "".join(desc)
+        assert flat.count("S") == 1 and flat.count("G") == 1 and has_path(desc)
+    starts = {"".join(d).index("S") for d in maps}
+    assert len(starts) > 5  # random start positions
+
+
+def test_bad_configs_raise_naming_the_parameter():
+    with pytest.raises(ValueError, match="hole_density=0.95 is too high for size=8"):
+        generate_map(random.Random(0), 8, 0.95, max_tries=5)
+    with pytest.raises(ValueError, match="hole_density"):
+        FrozenLakeEnv(hole_density=1.0)
+    with pytest.raises(ValueError, match=r"p=1\.5"):
+        FrozenLakeEnv(p=1.5)
+    with pytest.raises(ValueError, match="exactly one S and one G"):
+        FrozenLakeEnv(desc=["SFF", "FSG"])
+    with pytest.raises(ValueError, match="unknown cell"):
+        FrozenLakeEnv(desc=["SFX", "FFG"])
+
+
+def test_rewards_holes_and_goal_end_the_episode():
+    env = FrozenLakeEnv(desc=["SHG", "FFF"], p=1.0)
+    env.reset(0)
+    obs, r, done, info = env.step("right")
+    assert done and r == 0.0 and info["fell_in_hole"] and not info["success"]
+    assert obs.splitlines()[0] == "_XG"
+    env.reset(0)
+    for action in ("down", "right", "right"):
+        _, r, done, info = env.step(action)
+    assert r == 0.0 and not done
+    _, r, done, info = env.step("up")
+    assert done and r == 1.0 and info["success"] and env.render("text").splitlines()[0] == "_O√"
+    env.reset(0)
+    _, _, _, info = env.step("left")  # into the edge: valid, not effective
+    assert info["action_is_valid"] and not info["action_is_effective"]
+    _, _, _, info = env.step("jump")
+    assert not info["action_is_valid"]
+
+
+def test_max_steps_truncates():
+    env = FrozenLakeEnv(desc=["SFG"], p=1.0, max_steps=2)
+    env.reset(0)
+    assert env.step("left")[2] is False
+    _, _, done, info = env.step("left")
+    assert done and info["truncated"] and not info["success"]
+
+
+def test_oracle_matches_the_known_optimum_of_the_classic_slippery_lake():
+    env = FrozenLakeEnv(desc=CLASSIC, p=1 / 3)
+    env.reset(0)
+    # the classic 4x4 slippery lake: optimal success probability 14/17 = 0.8235...
+    assert env.optimal_success_probability() == pytest.approx(14 / 17, abs=1e-9)
+    policy, _ = solve_lake(tuple(CLASSIC), 1 / 3)
+    assert policy == (0, 3, 3, 3, 0, 0, 0, 0, 3, 1, 0, 0, 0, 2, 1, 0)
+    # Monte Carlo agrees with the computed probability (long horizon)
+    env = FrozenLakeEnv(desc=CLASSIC, p=1 / 3, max_steps=1000)
+    wins = 0
+    for k in range(400):
+        env.reset(0, rng_seed=k)
+        while not env.done:
+            env.step(env.oracle_action())
+        wins += env.success
+    assert abs(wins / 400 - 14 / 17) < 5 * math.sqrt(0.15 / 400)
+
+
+def test_deterministic_oracle_always_succeeds_quickly():
+    env = make("frozen_lake_det")
+    for seed in range(30):
+        env.reset(seed)
+        assert env.optimal_success_probability() == 1.0
+        steps = 0
+        while not env.done:
+            env.step(env.oracle_action())
+            steps += 1
+        rows, cols = env.rows, env.cols
+        assert env.success and steps <= rows * cols
+
+
+def test_render_text_legend_and_rgb():
+    env = make("frozen_lake")
+    obs = env.reset(3)
+    assert obs == env.render("text") and obs.count("P") == 1 and obs.count("G") == 1
+    assert "probability 0.80" in env.instructions and "left, down, right, up" in env.instructions
+    assert "not slippery" in make("frozen_lake_det").instructions
+    frame = env.render("rgb")
+    assert frame.shape == (64, 64, 3) and frame.dtype == np.uint8

@@ -1,0 +1,133 @@
+"""Registry, the contract checker on every registered env, cross-process determinism."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import ragen.envs as envs
+from ragen.envs import Env, make, make_from_config, names
+from ragen.envs.base import make_info
+from ragen.envs.checker import EnvCheckError, check_env
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPECTED = {
+    "bandit",
+    "bandit_test",
+    "bandit_reversed",
+    "sokoban",
+    "sokoban_large",
+    "sokoban_symbols",
+    "frozen_lake",
+    "frozen_lake_det",
+    "countdown",
+    "gym_frozen_lake",
+    "gym_taxi",
+}
+
+
+def test_all_envs_are_registered_with_descriptions():
+    assert EXPECTED <= set(names())
+    for name in names():
+        assert envs.spec(name).description
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_check_env_passes_for_every_registered_env(name):
+    if name.startswith("gym_"):
+        pytest.importorskip("gymnasium")
+    env = make(name)
+    assert env.name == name
+    check_env(env, seeds=(0, 1, 2))
+
+
+def test_registry_errors_are_helpful():
+    with pytest.raises(KeyError, match="Did you mean 'sokoban'") as err:
+        make("sokobam")
+    assert "frozen_lake" in str(err.value)  # lists the registered names
+    with pytest.raises(TypeError, match=r"unknown config key\(s\) \['dim_rooms'\]"):
+        make("sokoban", dim_rooms=(6, 6))
+    with pytest.raises(ValueError, match="already registered"):
+        envs.register("sokoban", "ragen.envs.sokoban.env:SokobanEnv", "dup")
+    with pytest.raises(KeyError, match="'name'"):
+        make_from_config({"p": 1.0})
+
+
+def test_make_from_config_and_presets(tmp_path):
+    env = make_from_config({"name": "sokoban_large", "max_steps": 7})
+    assert env.dim_room == (8, 8) and env.num_boxes == 2 and env.max_steps == 7
+    path = tmp_path / "env.yaml"
+    path.write_text("name: frozen_lake\np: 1.0\nsize: 5\n")
+    lake = make_from_config(path)
+    lake.reset(0)
+    assert lake.p == 1.0 and lake.rows == 5
+    with pytest.raises(FileNotFoundError):
+        make_from_config(tmp_path / "missing.yaml")
+    assert envs.config_keys("sokoban_large")["num_boxes"] == 2
+
+
+def test_reset_is_identical_in_another_process_and_envs_do_not_import_torch():
+    env_names = sorted(n for n in EXPECTED if not n.startswith("gym_"))
+    script = (
+        "import json, sys, ragen.envs as e\n"
+        "seeds = (0, 1, 12345, 2**40)\n"
+        "out = {n: [e.make(n).reset(s) for s in seeds] for n in sys.argv[1:]}\n"
+        "assert 'torch' not in sys.modules, 'environments must not import torch'\n"
+        "print(json.dumps(out))"
+    )
+    here = json.loads(_run(script, env_names, "0"))
+    there = json.loads(_run(script, env_names, "12345"))
+    assert here == there
+    local = {n: [make(n).reset(s) for s in (0, 1, 12345, 2**40)] for n in env_names}
+    assert local == here
+
+
+def _run(script: str, args: list[str], hash_seed: str) -> str:
+    env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+class _LeakyEnv(Env):
+    """Breaks the contract: an invalid action still moves the counter."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def _reset(self, seed):
+        self.count = 0
+
+    def _step(self, action):
+        self.count += 1
+        valid = action == "go"
+        return self.render(), 0.0, False, make_info(valid, valid, False)
+
+    @property
+    def instructions(self):
+        return "Answer with: go"
+
+    @property
+    def action_names(self):
+        return ["go"]
+
+    def render(self, mode="text"):
+        return f"count={self.count}"
+
+
+def test_checker_catches_a_broken_env():
+    with pytest.raises(EnvCheckError, match="invalid action .* changed the state"):
+        check_env(_LeakyEnv(), seeds=(0,))
