@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 test: setup
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest -q tests
 
 demo: setup
 	$(BIN)/python -m ragen.demo

@@ -1,0 +1,1 @@
+"""The StarPO trainer: config, batching, the training loop, checkpoints and metrics."""

@@ -1,0 +1,40 @@
+"""``ragen train env=... algo=... model=... section.key=value ...``"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "train",
+        help="train an agent with StarPO / StarPO-S / GRPO / TRICO",
+        description=(
+            "Train an agent. Arguments are presets (env=NAME algo=PRESET model=PRESET|PATH), "
+            "config=FILE.yaml, and dotted overrides such as trainer.total_steps=200 "
+            "rollout.group_size=16. Example: ragen train env=sokoban algo=starpo-s model=tiny"
+        ),
+    )
+    p.add_argument("overrides", nargs="*", help="KEY=VALUE presets and overrides")
+    p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    p.add_argument(
+        "--list-presets", action="store_true", help="list algo/model/env presets and exit"
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from .config import load_config, preset_names, to_yaml
+
+    if args.list_presets:
+        for kind in ("algo", "model", "env"):
+            print(f"{kind}: {', '.join(preset_names(kind))}")
+        return 0
+    cfg = load_config(args.overrides)
+    if args.print_config:
+        print(to_yaml(cfg))
+        return 0
+    from .starpo import train
+
+    train(cfg)
+    return 0

@@ -1,0 +1,624 @@
+"""The StarPO training loop (RAGEN), with StarPO-S and TRICO as configurations of it.
+
+One step, top to bottom (DESIGN.md section 2)::
+
+    rollout (training seeds, env_groups x group_size, <= max_turns)
+      -> scores (episode reward incl. format shaping) -> StarPO-S group filter (raw scores)
+      -> normalization (ARPO / BRPO / GRPO-style) -> reward placement (last token | turn ends)
+      -> old log-probs (recomputed by the training model) [-> reference log-probs if KL]
+      -> values (critic) -> advantages (registered estimator)
+      -> ppo_epochs x minibatches, each micro-batched by a token budget (grad accumulation)
+      -> critic update -> metrics -> periodic validation -> checkpoint
+
+Every tensor is (B, T) over the training sequence and aligned to token positions:
+``log_prob[:, t] = log p(input_ids[:, t] | input_ids[:, <t])`` and ``values[:, t]`` is the
+critic's value of the prefix before token ``t`` (the state in which token ``t`` was
+chosen). Only positions with ``response_mask == 1`` (sampled ids) are trained.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+
+from ragen import algo
+from ragen.agent.trajectory import Trajectory
+from ragen.envs.base import derive_seed
+
+from . import setup
+from .batching import collate, padding_fraction, place_rewards, token_budget_micro_batches
+from .config import to_dict, to_yaml
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+
+
+# --------------------------------------------------------------------------------------
+# forward passes
+# --------------------------------------------------------------------------------------
+def token_log_probs(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    temperature: float,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs (and entropies) of each token given its prefix, aligned to positions.
+
+    input_ids, attention_mask: (B, T). Returns log_prob (B, T) with column 0 = 0, and
+    entropy (B, T) of the next-token distribution that chose token t (column 0 = 0).
+    The distribution is softmax(logits / temperature), the one generation sampled from.
+    """
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+    logits = logits[:, :-1].float() / max(temperature, 1e-6)
+    log_prob = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
+    log_prob[:, 1:] = algo.logprobs_from_logits(logits, input_ids[:, 1:])
+    entropy = None
+    if with_entropy:
+        entropy = torch.zeros_like(log_prob)
+        entropy[:, 1:] = algo.entropy_from_logits(logits)
+    return log_prob, entropy
+
+
+def token_values(
+    critic: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor
+) -> torch.Tensor:
+    """Critic values aligned to positions: values[:, t] = V(prefix before token t); (B, T)."""
+    out = critic(input_ids=input_ids, attention_mask=attention_mask).logits[..., 0].float()
+    values = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
+    values[:, 1:] = out[:, :-1]
+    return values
+
+
+def _micro_slices(batch: dict[str, torch.Tensor], index: Sequence[int]) -> dict[str, torch.Tensor]:
+    """Rows ``index`` of every (B, T) tensor, cut to the longest row (right padding)."""
+    idx = torch.as_tensor(list(index), dtype=torch.long)
+    length = int(batch["lengths"][idx].max())
+    out = {}
+    for key, value in batch.items():
+        if value.dim() == 2:
+            out[key] = value[idx, :length]
+        else:
+            out[key] = value[idx]
+    return out
+
+
+# --------------------------------------------------------------------------------------
+class StarPOTrainer:
+    """Multi-turn PPO/GRPO/TRICO trainer. ``StarPOTrainer(cfg).train()`` runs a whole job."""
+
+    def __init__(self, cfg: DictConfig):
+        self.cfg = cfg
+        t = cfg.trainer
+        seed_everything(t.seed)
+        self.run_name = t.run_name or f"{cfg.env.name}-{cfg.algo.name}"
+        self.run_dir = Path(t.run_dir or Path("runs") / self.run_name)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.device = setup.pick_device(cfg.model.device)
+        self.dtype = setup.pick_dtype(cfg.model.dtype, self.device)
+        self.autocast = (
+            torch.autocast("cuda", dtype=torch.bfloat16)
+            if t.bf16 and self.device.type == "cuda" and torch.cuda.is_bf16_supported()
+            else nullcontext()
+        )
+        self._build_models()
+        self._build_rollout()
+        from .checkpoint import CheckpointManager
+        from .metrics_logger import MetricsLogger
+
+        self.checkpoints = CheckpointManager(self.run_dir, keep_last=t.keep_last)
+        self.start_step = self._maybe_resume()
+        (self.run_dir / "config.yaml").write_text(to_yaml(cfg))
+        wandb = (
+            {"project": t.wandb_project, "mode": t.wandb_mode, "name": self.run_name}
+            if t.wandb
+            else None
+        )
+        self.logger = MetricsLogger(
+            self.run_dir,
+            t.total_steps,
+            console=t.console,
+            tensorboard=t.tensorboard,
+            wandb=wandb,
+            config=to_dict(cfg),
+            start_step=self.start_step,
+        )
+
+    # -- construction ----------------------------------------------------------------
+    def _build_models(self) -> None:
+        from ragen.models import load_policy
+        from ragen.models.value import create_critic
+
+        m = self.cfg.model
+        path = setup.resolve_model_path(m.path, seed=0)
+        self.model_path = path
+        actor, tokenizer = load_policy(path, device=str(self.device), dtype=self.dtype)
+        self.tokenizer = tokenizer
+        if m.gradient_checkpointing:
+            actor.gradient_checkpointing_enable()
+            actor.config.use_cache = False
+        self.use_lora = m.lora.rank > 0
+        if self.use_lora:
+            actor = setup.apply_lora(actor, m.lora)
+        self.actor = actor
+        self.ref = None
+        if self.cfg.algo.kl_coef > 0 and not self.use_lora:
+            # A frozen copy of the initial policy. With LoRA the reference is the same
+            # model with adapters disabled (no second copy in memory).
+            self.ref = copy.deepcopy(actor).eval().requires_grad_(False)
+        self.critic = None
+        if self.cfg.algo.use_critic:
+            self.critic = create_critic(
+                m.critic_path or path, device=str(self.device), dtype=self.dtype
+            )
+            if m.gradient_checkpointing:
+                self.critic.gradient_checkpointing_enable()
+        self.actor_opt = setup.make_optimizer(self.actor, m.actor_lr, m.weight_decay)
+        self.actor_sched = setup.make_scheduler(self.actor_opt, m.warmup_steps)
+        self.critic_opt = self.critic_sched = None
+        if self.critic is not None:
+            self.critic_opt = setup.make_optimizer(self.critic, m.critic_lr, m.weight_decay)
+            self.critic_sched = setup.make_scheduler(self.critic_opt, m.warmup_steps)
+        self.pad_id = (
+            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        )
+
+    def _build_rollout(self) -> None:
+        from ragen.agent.env_manager import EnvStateManager
+        from ragen.agent.policies import ModelPolicy
+        from ragen.agent.rollout import RolloutConfig
+        from ragen.engines.hf import HFEngine
+
+        c, r = self.cfg, self.cfg.rollout
+        env_config = dict(c.env.config)
+        self.train_envs = EnvStateManager(
+            c.env.name,
+            env_config,
+            env_groups=r.env_groups,
+            group_size=r.group_size,
+            seed=c.trainer.seed,
+        )
+        self.val_envs = EnvStateManager(
+            c.env.name,
+            {**env_config, **dict(c.env.val_config)},
+            env_groups=c.trainer.val_groups,
+            group_size=1,
+            seed=c.trainer.seed,
+        )
+        # The engine wraps the training model itself: generation always sees the latest weights.
+        self.engine = HFEngine(self.actor, self.tokenizer)
+        self.policy = ModelPolicy(self.engine, self.tokenizer)
+        self.rollout_cfg = RolloutConfig(
+            max_turns=r.max_turns,
+            max_actions_per_turn=r.max_actions_per_turn,
+            max_actions_per_trajectory=r.max_actions_per_trajectory,
+            max_new_tokens=r.max_new_tokens,
+            max_model_len=r.max_model_len,
+            think=r.think,
+            separator=r.separator,
+            format_penalty=r.format_penalty,
+            format_reward=r.format_reward,
+            context_window=r.context_window,
+            temperature=r.temperature,
+            top_p=r.top_p,
+            top_k=r.top_k,
+        )
+
+    def _maybe_resume(self) -> int:
+        resume = self.cfg.trainer.resume
+        if resume == "never":
+            if self.checkpoints.list():
+                from .checkpoint import CheckpointError
+
+                raise CheckpointError(
+                    f"{self.run_dir} already holds checkpoints; refusing to overwrite them. "
+                    "Fix: add trainer.resume=auto to continue, or choose another trainer.run_name"
+                )
+            return 0
+        path = self.checkpoints.latest() if resume == "auto" else Path(resume)
+        if path is None:
+            return 0
+        state = self.checkpoints.load(
+            path,
+            actor=self.actor,
+            critic=self.critic,
+            optimizers=self._optimizers(),
+            schedulers=self._schedulers(),
+            config=to_dict(self.cfg),
+        )
+        self.train_envs.load_state_dict(state.get("train_envs", {}))
+        print(f"resumed from {path} at step {state['step']}")
+        return int(state["step"])
+
+    def _optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        out = {"actor": self.actor_opt}
+        if self.critic_opt is not None:
+            out["critic"] = self.critic_opt
+        return out
+
+    def _schedulers(self) -> dict[str, Any]:
+        out = {"actor": self.actor_sched}
+        if self.critic_sched is not None:
+            out["critic"] = self.critic_sched
+        return out
+
+    # -- the loop --------------------------------------------------------------------
+    def train(self) -> list[dict[str, float]]:
+        t = self.cfg.trainer
+        self.logger.print(f"run folder: {self.run_dir}\n{to_yaml(self.cfg)}")
+        history = []
+        try:
+            for step in range(self.start_step, t.total_steps):
+                metrics = self.train_step(step)
+                done = step + 1
+                if t.val_every and (done % t.val_every == 0 or done == t.total_steps):
+                    metrics.update(self.validate(step))
+                self.logger.log(done, metrics)
+                history.append(metrics)
+                if (t.save_every and done % t.save_every == 0) or done == t.total_steps:
+                    self.save_checkpoint(done)
+        finally:
+            self.logger.close()
+        return history
+
+    def save_checkpoint(self, step: int) -> Path:
+        return self.checkpoints.save(
+            step,
+            actor=self.actor,
+            tokenizer=self.tokenizer,
+            critic=self.critic,
+            optimizers=self._optimizers(),
+            schedulers=self._schedulers(),
+            trainer_state={"step": step, "train_envs": self.train_envs.state_dict()},
+            config=to_dict(self.cfg),
+            overwrite=False,
+        )
+
+    def rollout(self, manager, seeds: list[int], temperature: float, sample_seed: int):
+        from ragen.agent.rollout import run_rollout
+
+        cfg = copy.copy(self.rollout_cfg)
+        cfg.temperature = temperature
+        cfg.seed = sample_seed
+        return run_rollout(self.policy, manager, cfg, seeds)
+
+    def train_step(self, step: int) -> dict[str, float]:
+        from ragen.agent.metrics import rollout_metrics
+
+        a, t = self.cfg.algo, self.cfg.trainer
+        timing: dict[str, float] = {}
+        tic = time.perf_counter()
+        seeds = self.train_envs.seeds_for_step(step)
+        result = self.rollout(
+            self.train_envs,
+            seeds,
+            self.cfg.rollout.temperature,
+            derive_seed(t.seed, "rollout", step),
+        )
+        trajectories: list[Trajectory] = result.trajectories
+        timing["timing/rollout"] = time.perf_counter() - tic
+        metrics = {
+            f"rollout/{k}": v
+            for k, v in rollout_metrics(trajectories, self.cfg.rollout.group_size).items()
+        }
+        if t.save_trajectories:
+            self.logger.log_trajectories(step + 1, [tr.to_json() for tr in trajectories])
+
+        # StarPO-S filter on RAW episode scores (never on normalized ones: DESIGN.md sec. 7)
+        tic = time.perf_counter()
+        scores = torch.tensor([tr.episode_reward for tr in trajectories], dtype=torch.float32)
+        index = torch.tensor([tr.group_id for tr in trajectories], dtype=torch.long)
+        keep, filter_metrics = algo.filter_groups(
+            scores,
+            index,
+            strategy=a.filter.strategy,
+            value=a.filter.value,
+            include_zero=a.filter.include_zero,
+        )
+        metrics.update({f"filter/{k}": float(v) for k, v in filter_metrics.items()})
+        kept = [tr for tr, k in zip(trajectories, keep.tolist()) if k]
+        if not kept:
+            self.logger.print(
+                f"step {step + 1}: the filter kept no trajectories; skipping the update"
+            )
+            return {**metrics, **timing, "actor/skipped_steps": 1.0}
+        batch = self.prepare_batch(kept)
+        timing["timing/prepare"] = time.perf_counter() - tic
+
+        tic = time.perf_counter()
+        self.compute_old_log_probs(batch, metrics)
+        timing["timing/old_log_prob"] = time.perf_counter() - tic
+        tic = time.perf_counter()
+        if self.critic is not None:
+            batch["values"] = self.compute_values(batch)
+        self.compute_advantages(batch, metrics)
+        timing["timing/advantage"] = time.perf_counter() - tic
+
+        tic = time.perf_counter()
+        update_metrics = self.update(batch, step)
+        metrics.update(update_metrics)
+        timing["timing/update"] = time.perf_counter() - tic
+        self.actor_sched.step()
+        if self.critic_sched is not None:
+            self.critic_sched.step()
+
+        timing["timing/step"] = sum(timing.values())
+        metrics.update(timing)
+        n_train_tokens = float(batch["attention_mask"].sum())
+        metrics["perf/update_tokens_per_s"] = n_train_tokens / max(timing["timing/update"], 1e-9)
+        metrics["perf/rollout_tokens_per_s"] = float(result.stats.get("tokens_per_s", 0.0))
+        metrics["perf/num_trained_samples"] = float(len(kept))
+        metrics["actor/lr"] = self.actor_sched.get_last_lr()[0]
+        return metrics
+
+    # -- batch preparation -----------------------------------------------------------
+    def prepare_batch(self, trajectories: list[Trajectory]) -> dict[str, torch.Tensor]:
+        """Pad, normalize scores, place rewards; everything on ``self.device``."""
+        a = self.cfg.algo
+        batch = collate(trajectories, self.pad_id)
+        scores = torch.tensor([tr.episode_reward for tr in trajectories], dtype=torch.float32)
+        index = torch.tensor([tr.group_id for tr in trajectories], dtype=torch.long)
+        if a.reward_placement == "trajectory":
+            scores = algo.normalize_scores(
+                scores, index, grouping=a.norm_grouping, method=a.norm_method
+            )
+        batch["token_level_scores"] = place_rewards(
+            trajectories, scores, tuple(batch["input_ids"].shape), a.reward_placement
+        )
+        batch["index"] = index
+        return {k: v.to(self.device) for k, v in batch.items()}
+
+    def _micro_batches(self, rows: Sequence[int], lengths: torch.Tensor) -> list[list[int]]:
+        sub = [int(lengths[i]) for i in rows]
+        return [
+            [rows[j] for j in mb]
+            for mb in token_budget_micro_batches(sub, self.cfg.algo.micro_token_budget)
+        ]
+
+    @torch.no_grad()
+    def compute_old_log_probs(
+        self, batch: dict[str, torch.Tensor], metrics: dict[str, float]
+    ) -> None:
+        """old_log_prob (and ref_log_prob when KL is on), recomputed by the training model."""
+        B = batch["input_ids"].shape[0]
+        temperature = self.cfg.rollout.temperature
+        old = torch.zeros_like(batch["response_mask"])
+        ref = torch.zeros_like(old) if self.cfg.algo.kl_coef > 0 else None
+        self.actor.eval()
+        for mb in self._micro_batches(list(range(B)), batch["lengths"]):
+            sl = _micro_slices(batch, mb)
+            L = sl["input_ids"].shape[1]
+            with self.autocast:
+                lp, _ = token_log_probs(
+                    self.actor, sl["input_ids"], sl["attention_mask"], temperature
+                )
+                old[mb, :L] = lp
+                if ref is not None:
+                    ref[mb, :L] = self._ref_log_probs(sl, temperature)
+        batch["old_log_prob"] = old
+        if ref is not None:
+            batch["ref_log_prob"] = ref
+        mask = batch["response_mask"]
+        diff = (old - batch["gen_log_prob"]).abs()
+        # Generation and training use the same weights; a gap here means a numerical or
+        # template mismatch between the engine and the trainer (worth a look if large).
+        metrics["actor/gen_logprob_abs_diff"] = float(algo.masked_mean(diff, mask))
+        metrics["actor/gen_logprob_max_diff"] = float((diff * mask).max())
+
+    def _ref_log_probs(self, sl: dict[str, torch.Tensor], temperature: float) -> torch.Tensor:
+        if self.use_lora:
+            with self.actor.disable_adapter():
+                lp, _ = token_log_probs(
+                    self.actor, sl["input_ids"], sl["attention_mask"], temperature
+                )
+            return lp
+        lp, _ = token_log_probs(self.ref, sl["input_ids"], sl["attention_mask"], temperature)
+        return lp
+
+    @torch.no_grad()
+    def compute_values(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        B = batch["input_ids"].shape[0]
+        values = torch.zeros_like(batch["response_mask"])
+        self.critic.eval()
+        for mb in self._micro_batches(list(range(B)), batch["lengths"]):
+            sl = _micro_slices(batch, mb)
+            with self.autocast:
+                values[mb, : sl["input_ids"].shape[1]] = token_values(
+                    self.critic, sl["input_ids"], sl["attention_mask"]
+                )
+        return values * batch["response_mask"]
+
+    def compute_advantages(self, batch: dict[str, torch.Tensor], metrics: dict[str, float]) -> None:
+        a = self.cfg.algo
+        rewards = batch["token_level_scores"]
+        mask = batch["response_mask"]
+        if a.kl_coef > 0 and a.kl_in_reward:
+            kl = algo.kl_penalty(batch["old_log_prob"], batch["ref_log_prob"], a.kl_type)
+            rewards = algo.apply_kl_to_rewards(rewards, kl, mask, a.kl_coef)
+            metrics["actor/reward_kl"] = float(algo.masked_mean(kl, mask))
+        batch["token_level_rewards"] = rewards
+        estimator = algo.get_advantage_estimator(a.adv_estimator)
+        advantages, returns = estimator(
+            token_level_rewards=rewards,
+            response_mask=mask,
+            values=batch.get("values"),
+            index=batch["index"],
+            turn_end_mask=batch["turn_end_mask"],
+            gamma=a.gamma,
+            lam=a.lam,
+            gamma_turn=a.gamma_turn,
+            lam_turn=a.lam_turn,
+            gamma_token=a.gamma_token,
+            lam_token=a.lam_token,
+        )
+        if a.whiten_advantages:
+            advantages = algo.masked_whiten(advantages, mask)
+        batch["advantages"] = advantages * mask
+        batch["returns"] = returns * mask
+        metrics["actor/advantage_mean"] = float(algo.masked_mean(advantages, mask))
+        metrics["actor/advantage_abs_max"] = float((advantages.abs() * mask).max())
+        if "values" in batch:
+            metrics["critic/explained_variance"] = float(
+                algo.explained_variance(batch["values"], batch["returns"], mask)
+            )
+            metrics["critic/value_mean"] = float(algo.masked_mean(batch["values"], mask))
+
+    # -- the update ------------------------------------------------------------------
+    def update(self, batch: dict[str, torch.Tensor], step: int) -> dict[str, float]:
+        """``ppo_epochs`` passes over shuffled minibatches; each minibatch is one optimizer
+        step with gradients accumulated over token-budget micro-batches."""
+        a = self.cfg.algo
+        B = batch["input_ids"].shape[0]
+        gen = torch.Generator().manual_seed(derive_seed(self.cfg.trainer.seed, "minibatch", step))
+        sums: dict[str, list[float]] = defaultdict(list)
+        pad_fracs = []
+        for _epoch in range(a.ppo_epochs):
+            perm = torch.randperm(B, generator=gen).tolist()
+            for start in range(0, B, a.ppo_mini_batch_size):
+                rows = perm[start : start + a.ppo_mini_batch_size]
+                micros = self._micro_batches(rows, batch["lengths"])
+                pad_fracs.append(padding_fraction(batch["lengths"].tolist(), micros))
+                for k, v in self._actor_minibatch(batch, micros).items():
+                    sums[k].append(v)
+                if self.critic is not None:
+                    for k, v in self._critic_minibatch(batch, micros).items():
+                        sums[k].append(v)
+        out = {}
+        for k, values in sums.items():
+            if k.endswith("grad_norm"):
+                finite = [v for v in values if math.isfinite(v)]
+                out[f"{k}_mean"] = float(np.mean(finite)) if finite else float("nan")
+                out[f"{k}_max"] = float(np.max(values))
+            elif k.endswith("skipped_steps"):
+                out[k] = float(np.sum(values))
+            else:
+                out[k] = float(np.mean(values))
+        out["perf/padding_fraction"] = float(np.mean(pad_fracs))
+        return out
+
+    def _weights(self, batch, micros) -> tuple[list[float], str]:
+        """Each micro-batch's share of the minibatch loss, so accumulation equals one big batch."""
+        mode = self.cfg.algo.loss_agg_mode
+        if mode == "token-mean":
+            counts = [float(batch["response_mask"][mb].sum()) for mb in micros]
+        else:  # seq-mean-*: every sequence weighs the same
+            counts = [float(len(mb)) for mb in micros]
+        total = sum(counts) or 1.0
+        return [c / total for c in counts], mode
+
+    def _optimizer_step(self, model, optimizer, prefix: str) -> dict[str, float]:
+        a = self.cfg.algo
+        params = [p for p in model.parameters() if p.requires_grad]
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, a.grad_clip))
+        skip = not math.isfinite(grad_norm) or (
+            a.skip_grad_norm_above is not None and grad_norm > a.skip_grad_norm_above
+        )
+        if skip:
+            # VAGEN-style safety: a non-finite or exploding gradient skips the step
+            # (logged as <prefix>/skipped_steps) instead of wrecking the weights.
+            optimizer.zero_grad(set_to_none=True)
+        else:
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        return {f"{prefix}/grad_norm": grad_norm, f"{prefix}/skipped_steps": float(skip)}
+
+    def _actor_minibatch(self, batch, micros) -> dict[str, float]:
+        a = self.cfg.algo
+        temperature = self.cfg.rollout.temperature
+        weights, mode = self._weights(batch, micros)
+        self.actor.train()
+        stats: dict[str, float] = defaultdict(float)
+        for mb, w in zip(micros, weights):
+            sl = _micro_slices(batch, mb)
+            mask = sl["response_mask"]
+            with self.autocast:
+                log_prob, entropy = token_log_probs(
+                    self.actor,
+                    sl["input_ids"],
+                    sl["attention_mask"],
+                    temperature,
+                    with_entropy=True,
+                )
+            pg_loss, pg_metrics = algo.ppo_policy_loss(
+                old_log_prob=sl["old_log_prob"],
+                log_prob=log_prob,
+                advantages=sl["advantages"],
+                response_mask=mask,
+                clip_ratio_low=a.clip_ratio_low,
+                clip_ratio_high=a.clip_ratio_high,
+                clip_ratio_c=a.clip_ratio_c,
+                loss_agg_mode=mode,
+            )
+            entropy_term = algo.agg_loss(entropy, mask, mode)
+            loss = pg_loss - a.entropy_coef * entropy_term
+            if a.kl_coef > 0 and not a.kl_in_reward:
+                kl = algo.kl_penalty(log_prob, sl["ref_log_prob"], a.kl_type)
+                kl_term = algo.agg_loss(kl, mask, mode)
+                loss = loss + a.kl_coef * kl_term
+                stats["actor/kl_loss"] += w * float(kl_term.detach())
+            (loss * w).backward()
+            stats["actor/pg_loss"] += w * float(pg_loss.detach())
+            stats["actor/entropy"] += w * float(entropy_term.detach())
+            for k, v in pg_metrics.items():
+                stats[f"actor/{k}"] += w * float(v)
+        stats.update(self._optimizer_step(self.actor, self.actor_opt, "actor"))
+        return dict(stats)
+
+    def _critic_minibatch(self, batch, micros) -> dict[str, float]:
+        a = self.cfg.algo
+        weights, mode = self._weights(batch, micros)
+        self.critic.train()
+        stats: dict[str, float] = defaultdict(float)
+        for mb, w in zip(micros, weights):
+            sl = _micro_slices(batch, mb)
+            with self.autocast:
+                vpreds = token_values(self.critic, sl["input_ids"], sl["attention_mask"])
+            loss, v_metrics = algo.value_loss(
+                vpreds=vpreds,
+                returns=sl["returns"],
+                old_values=sl["values"],
+                response_mask=sl["response_mask"],
+                cliprange_value=a.value_clip,
+                loss_agg_mode=mode,
+            )
+            (loss * w).backward()
+            stats["critic/value_loss"] += w * float(loss.detach())
+            for k, v in v_metrics.items():
+                stats[f"critic/{k}"] += w * float(v)
+        stats.update(self._optimizer_step(self.critic, self.critic_opt, "critic"))
+        return dict(stats)
+
+    # -- validation ------------------------------------------------------------------
+    def validate(self, step: int) -> dict[str, float]:
+        from ragen.agent.metrics import rollout_metrics
+
+        tic = time.perf_counter()
+        seeds = self.val_envs.validation_seeds(self.cfg.trainer.val_groups)
+        result = self.rollout(
+            self.val_envs,
+            seeds,
+            self.cfg.trainer.val_temperature,
+            derive_seed(self.cfg.trainer.seed, "val", step),
+        )
+        out = {f"val/{k}": v for k, v in rollout_metrics(result.trajectories, 1).items()}
+        out["timing/validation"] = time.perf_counter() - tic
+        return out
+
+
+def train(cfg: DictConfig) -> list[dict[str, float]]:
+    """Run a whole training job from a resolved config."""
+    return StarPOTrainer(cfg).train()

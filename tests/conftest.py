@@ -1,0 +1,21 @@
+"""Shared fixtures: one nano tiny model per test session, built offline."""
+
+import os
+
+import pytest
+
+# Keep tests on one thread per process: deterministic and polite on a 2-core machine.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """Path of a nano tiny model (random Qwen2 + BPE tokenizer with a ChatML template)."""
+    import torch
+
+    torch.set_num_threads(1)
+    from ragen.models.tiny import create_tiny
+
+    out = tmp_path_factory.mktemp("tiny") / "nano"
+    create_tiny(out, size="nano", seed=0)
+    return str(out)
