@@ -1,0 +1,242 @@
+"""The GAE family: token-level GAE, AICO's masked GAE, TRICO's bi-level GAE, Turn-PPO's turn GAE.
+
+Tensors are ``(batch, seq)`` over the full multi-turn training sequence (prompt, sampled
+responses and observation turns interleaved). ``response_mask`` is 1 on sampled
+(trainable) tokens; ``turn_end_mask`` is 1 on the last sampled token of each turn.
+
+Shared rules (see docs/ALGORITHMS.md):
+
+* Recursions run over response tokens only. Observation/prompt tokens are *skipped*: the
+  next value and the running advantage pass through them unchanged, and rewards placed
+  on them are ignored (put rewards on response tokens, normally the turn's last token).
+* Outputs are raw (not whitened; see ``masked_whiten``), detached, float32 (float64 for
+  float64 input), and 0 at non-response positions. Returns = advantages + values.
+* Vectorized: one pack (scatter) + blocked discounted scans + one unpack (gather); no
+  Python loop over samples, turns or positions (see ``ragen.algo.scan``).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ragen.algo.registry import register_advantage_estimator
+from ragen.algo.scan import discounted_reverse_cumsum, pack_by_mask, shift_left, turn_grid
+from ragen.algo.utils import as_bool_mask, check_fraction, check_same_shape, check_tensor
+
+__all__ = ["compute_gae", "compute_masked_gae", "compute_bi_level_gae", "compute_turn_gae"]
+
+
+def _check_inputs(
+    token_level_rewards: Tensor, values: Tensor, response_mask: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    check_tensor("token_level_rewards", token_level_rewards, ndim=2)
+    check_tensor("values", values, ndim=2)
+    check_tensor("response_mask", response_mask, ndim=2)
+    check_same_shape(
+        token_level_rewards=token_level_rewards, values=values, response_mask=response_mask
+    )
+    mask = as_bool_mask("response_mask", response_mask, token_level_rewards.shape)
+    wide = torch.float64 in (values.dtype, token_level_rewards.dtype)
+    dtype = torch.float64 if wide else torch.float32
+    return token_level_rewards.to(dtype), values.to(dtype), mask
+
+
+def _gae_over_mask(
+    rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float
+) -> tuple[Tensor, Tensor]:
+    """GAE over the positions of ``mask`` (others skipped); ``(B, T)`` -> (A, A + V) at mask, 0 elsewhere."""
+    packing = pack_by_mask(mask)
+    r, v = packing.pack(rewards), packing.pack(values)  # (B, W); 0 past each row's end
+    # delta_j = r_j + gamma V_{j+1} - V_j; the last column is always empty, so V = 0 there.
+    delta = r.sub_(v)
+    delta[:, :-1].add_(v[:, 1:], alpha=gamma)
+    adv = discounted_reverse_cumsum(delta, gamma * lam)
+    return packing.unpack(adv), packing.unpack(adv.add_(v))
+
+
+@register_advantage_estimator("gae")
+@torch.no_grad()
+def compute_gae(
+    token_level_rewards: Tensor,
+    values: Tensor,
+    response_mask: Tensor,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+) -> tuple[Tensor, Tensor]:
+    """Generalized Advantage Estimation over response tokens (observation tokens skipped).
+
+    For response positions t, with t' the next response position (V_{t'} = 0 past the last):
+        delta_t = r_t + gamma * V_{t'} - V_t
+        A_t     = delta_t + gamma * lam * A_{t'}
+        R_t     = A_t + V_t
+    Equivalently A_t = sum_{k >= 0} (gamma lam)^k delta_{t_k} over the following response
+    tokens t_0 = t, t_1 = t', ...  With gamma = lam = 1 and V = 0, A_t is the reward-to-go.
+
+    Args:
+        token_level_rewards: ``(B, T)``; rewards on non-response tokens are ignored.
+        values: ``(B, T)`` critic values V_t.
+        response_mask: ``(B, T)``, 1 on sampled tokens.
+        gamma, lam: in [0, 1] (paper default 1.0, 1.0).
+    Returns:
+        ``(advantages, returns)``, each ``(B, T)`` float32, 0 at non-response positions.
+    """
+    gamma = check_fraction("gamma", gamma)
+    lam = check_fraction("lam", lam)
+    rewards, values, mask = _check_inputs(token_level_rewards, values, response_mask)
+    return _gae_over_mask(rewards, values, mask, gamma, lam)
+
+
+@register_advantage_estimator("masked_gae")
+@torch.no_grad()
+def compute_masked_gae(
+    token_level_rewards: Tensor,
+    values: Tensor,
+    response_mask: Tensor,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    advantage_mask: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """GAE with separate masks, as in VAGEN's AICO: M_adv for the recursion, M_loss for training.
+
+    * ``advantage_mask`` (M_adv) picks the tokens the GAE recursion runs over -- their
+      rewards and values form the TD chain, every other token is skipped exactly as in
+      ``compute_gae``. Defaults to ``response_mask``.
+    * ``response_mask`` (M_loss) picks the tokens that receive an advantage (the ones
+      the policy loss trains on).
+
+    advantages = GAE_{M_adv}(r, V) * M_loss; returns = (A + V) on M_adv (value targets).
+
+    Difference to ``compute_gae``: there one mask plays both roles, so
+    ``compute_masked_gae(..., advantage_mask=None) == compute_gae(...)``. Passing an
+    all-ones ``advantage_mask`` reproduces "GAE without the GAE mask" (vanilla multi-turn
+    PPO, where observation tokens sit in the TD chain and bootstrap through their own
+    values) while the loss still covers only sampled tokens. Tokens in M_loss but not in
+    M_adv get advantage 0 (they take no part in the credit assignment).
+
+    Shapes: all ``(B, T)`` -> ``(advantages, returns)`` ``(B, T)`` float32.
+    """
+    gamma = check_fraction("gamma", gamma)
+    lam = check_fraction("lam", lam)
+    rewards, values, loss_mask = _check_inputs(token_level_rewards, values, response_mask)
+    adv_mask = (
+        loss_mask
+        if advantage_mask is None
+        else as_bool_mask("advantage_mask", advantage_mask, rewards.shape)
+    )
+    advantages, returns = _gae_over_mask(rewards, values, adv_mask, gamma, lam)
+    return advantages * loss_mask, returns
+
+
+def _turn_level(
+    token_level_rewards: Tensor,
+    values: Tensor,
+    response_mask: Tensor,
+    turn_end_mask: Tensor,
+    gamma_turn: float,
+    lam_turn: float,
+):
+    """Shared first stage of bi-level and turn GAE, in the per-turn grid ``(B, K + 1, Lt)``.
+
+    Returns (grid, v (B, K + 1, Lt), A_turn (B, K + 1), V_turn (B, K + 1)); row K is empty
+    and holds zeros (it supplies V_K = A_K = 0).
+    """
+    rewards, values, mask = _check_inputs(token_level_rewards, values, response_mask)
+    ends = as_bool_mask("turn_end_mask", turn_end_mask, rewards.shape)
+    if bool((ends & ~mask).any()):
+        raise ValueError(
+            "turn_end_mask marks a position outside response_mask; a turn end must be the "
+            "last sampled token of its turn"
+        )
+    grid = turn_grid(mask, ends)
+    r = grid.view(grid.packing.pack(rewards))  # (B, K + 1, Lt); row K is empty
+    v = grid.view(grid.packing.pack(values))
+    turn_reward = r.sum(-1)  # R_k: all rewards of turn k, attributed to its end
+    last = (grid.lengths - 1).clamp_min(0).unsqueeze(-1)
+    turn_value = v.gather(-1, last).squeeze(-1)  # V_k at the turn end; 0 for absent turns
+    delta = turn_reward + gamma_turn * shift_left(turn_value) - turn_value  # V_K = 0
+    turn_adv = discounted_reverse_cumsum(delta, gamma_turn * lam_turn)  # A_k, (B, K + 1)
+    return grid, v, turn_adv, turn_value
+
+
+@register_advantage_estimator("bi_level_gae")
+@torch.no_grad()
+def compute_bi_level_gae(
+    token_level_rewards: Tensor,
+    values: Tensor,
+    response_mask: Tensor,
+    turn_end_mask: Tensor,
+    gamma_turn: float = 0.95,
+    lam_turn: float = 1.0,
+    gamma_token: float = 1.0,
+    lam_token: float = 1.0,
+) -> tuple[Tensor, Tensor]:
+    """Bi-level GAE (VAGEN's TRICO): GAE across turns, then GAE inside each turn.
+
+    Turn k = the response tokens after turn end k-1 up to turn end k. Its reward R_k is
+    the sum of its tokens' rewards, and it is represented by the value at its turn-end
+    token, V_k (the only token of the turn whose value has seen the whole action; it is
+    also where VAGEN places turn rewards).
+
+    Turn level, k = K-1..0 (V_K = 0):
+        delta_k = R_k + gamma_turn * V_{k+1} - V_k
+        A_k     = delta_k + gamma_turn * lam_turn * A_{k+1}
+    Token level, inside turn k: the turn-end token gets A_k; earlier tokens t get
+        delta_t = gamma_token * V_{t+1} - V_t          (t+1 = next token of the same turn)
+        A_t     = delta_t + gamma_token * lam_token * A_{t+1}
+    Returns R_t = A_t + V_t.
+
+    With a single turn this is ``compute_gae`` with the turn's reward on its last token.
+    Response tokens after the last marked turn end form a final turn ending at the last
+    response token. VAGEN defaults: gamma_turn 0.95, gamma_token 1.0, lam 1.0.
+
+    Shapes: all ``(B, T)`` -> ``(advantages, returns)`` ``(B, T)`` float32, 0 off-response.
+    """
+    gamma_turn = check_fraction("gamma_turn", gamma_turn)
+    lam_turn = check_fraction("lam_turn", lam_turn)
+    gamma_token = check_fraction("gamma_token", gamma_token)
+    lam_token = check_fraction("lam_token", lam_token)
+    grid, v, turn_adv, _ = _turn_level(
+        token_level_rewards, values, response_mask, turn_end_mask, gamma_turn, lam_turn
+    )
+    # Token level: seed A_k at the turn end. Each turn is its own row, so the scan cannot
+    # leak across turns; cells past a turn's end hold V = 0, hence delta = 0 there.
+    delta = v.neg()
+    delta[..., :-1].add_(v[..., 1:], alpha=gamma_token)  # gamma_token V_{t+1} - V_t
+    # The turn-end cell holds A_k. Absent turns write their A_k = 0 into cell 0.
+    last = (grid.lengths - 1).clamp_min(0).unsqueeze(-1)
+    delta.scatter_(-1, last, turn_adv.unsqueeze(-1))
+    adv = discounted_reverse_cumsum(delta, gamma_token * lam_token)
+    flat = adv.reshape(adv.shape[0], -1)
+    return grid.packing.unpack(flat), grid.packing.unpack(flat.add_(v.view(flat.shape)))
+
+
+@register_advantage_estimator("turn_gae")
+@torch.no_grad()
+def compute_turn_gae(
+    token_level_rewards: Tensor,
+    values: Tensor,
+    response_mask: Tensor,
+    turn_end_mask: Tensor,
+    gamma_turn: float = 0.95,
+    lam_turn: float = 1.0,
+) -> tuple[Tensor, Tensor]:
+    """Turn-level GAE (Turn-PPO): the turn-level stage of ``compute_bi_level_gae`` only.
+
+    A_k as in ``compute_bi_level_gae`` (turn rewards R_k, turn values V_k at turn-end
+    tokens); every token of turn k gets A_k, and returns G_k = A_k + V_k (the turn's
+    value target) on every token of turn k, so a value loss over any of the turn's tokens
+    regresses toward the return of the turn.
+
+    Shapes: all ``(B, T)`` -> ``(advantages, returns)`` ``(B, T)`` float32, 0 off-response.
+    """
+    gamma_turn = check_fraction("gamma_turn", gamma_turn)
+    lam_turn = check_fraction("lam_turn", lam_turn)
+    grid, v, turn_adv, turn_value = _turn_level(
+        token_level_rewards, values, response_mask, turn_end_mask, gamma_turn, lam_turn
+    )
+    # Every token of turn k reads row k of the small (B, K + 1) tables.
+    off_response = response_mask == 0
+    adv = turn_adv.gather(1, grid.turn_id).masked_fill_(off_response, 0.0)
+    ret = (turn_adv + turn_value).gather(1, grid.turn_id).masked_fill_(off_response, 0.0)
+    return adv, ret

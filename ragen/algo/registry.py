@@ -1,0 +1,194 @@
+"""Advantage estimators by name, with one calling convention for the trainer.
+
+Register a new estimator with a decorator::
+
+    @register_advantage_estimator("my_estimator")
+    def compute_my_estimator(token_level_rewards, response_mask, index, *, temperature=1.0):
+        ...
+        return advantages, returns
+
+and call any estimator the same way::
+
+    estimator = get_advantage_estimator(name)
+    advantages, returns = estimator(
+        token_level_rewards=rewards, response_mask=mask,
+        values=values, index=group_ids, turn_end_mask=turn_ends,  # given when available
+        gamma=1.0, lam=1.0, ...,                                   # any estimator's hypers
+    )
+
+The call passes each estimator only the inputs its function declares (``values``,
+``index``, ``turn_end_mask``), and only the hyper-parameters it declares: a
+hyper-parameter that *some* registered estimator takes is dropped silently (so one
+config can serve every estimator), while an unknown name raises ``TypeError`` (a typo
+such as ``lamda`` never goes unnoticed). Whether an estimator needs a critic, turn ends
+or group ids is read from its signature (a parameter ``values``, ``turn_end_mask`` or
+``index`` without a default) unless given to the decorator.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from torch import Tensor
+
+__all__ = [
+    "AdvantageEstimator",
+    "register_advantage_estimator",
+    "get_advantage_estimator",
+    "list_advantage_estimators",
+    "needs_critic",
+    "needs_turn_ends",
+    "needs_index",
+]
+
+# The standard inputs a trainer has; everything else an estimator takes is a hyper-parameter.
+DATA_ARGS = ("token_level_rewards", "response_mask", "values", "index", "turn_end_mask")
+
+_REGISTRY: dict[str, AdvantageEstimator] = {}
+
+
+@dataclass(frozen=True)
+class AdvantageEstimator:
+    """A registered estimator: the function plus what it needs, callable with keywords."""
+
+    name: str
+    fn: Callable[..., tuple[Tensor, Tensor]]
+    needs_critic: bool
+    needs_turn_ends: bool
+    needs_index: bool
+    data_params: tuple[str, ...]  # the DATA_ARGS that fn declares
+    hyper_params: tuple[str, ...]  # fn's other parameters
+
+    def __call__(
+        self,
+        *,
+        token_level_rewards: Tensor,
+        response_mask: Tensor,
+        values: Tensor | None = None,
+        index=None,
+        turn_end_mask: Tensor | None = None,
+        **hyper,
+    ) -> tuple[Tensor, Tensor]:
+        """Run the estimator -> ``(advantages, returns)``, each ``(batch, seq)`` float32."""
+        given = {
+            "token_level_rewards": token_level_rewards,
+            "response_mask": response_mask,
+            "values": values,
+            "index": index,
+            "turn_end_mask": turn_end_mask,
+        }
+        for flag, arg, what in (
+            (self.needs_critic, "values", "critic values"),
+            (self.needs_index, "index", "group ids (index)"),
+            (self.needs_turn_ends, "turn_end_mask", "a turn_end_mask"),
+        ):
+            if flag and given[arg] is None:
+                raise ValueError(f"advantage estimator {self.name!r} needs {what}; pass {arg}=...")
+        kwargs = {k: v for k, v in given.items() if k in self.data_params}
+        known = _all_hyper_params()
+        for key, value in hyper.items():
+            if key in self.hyper_params:
+                kwargs[key] = value
+            elif key not in known:
+                raise TypeError(
+                    f"unknown hyper-parameter {key!r} for advantage estimator {self.name!r}; "
+                    f"it takes {sorted(self.hyper_params)}, others take {sorted(known)}"
+                )
+        return self.fn(**kwargs)
+
+
+def _all_hyper_params() -> set[str]:
+    return {p for est in _REGISTRY.values() for p in est.hyper_params}
+
+
+def register_advantage_estimator(
+    name: str,
+    *,
+    needs_critic: bool | None = None,
+    needs_turn_ends: bool | None = None,
+    needs_index: bool | None = None,
+    overwrite: bool = False,
+) -> Callable[[Callable], Callable]:
+    """Decorator registering ``fn`` under ``name`` (returns ``fn`` unchanged).
+
+    ``fn`` must take ``token_level_rewards`` and ``response_mask`` and return
+    ``(advantages, returns)``. The ``needs_*`` flags default to "the function has a
+    required parameter named values / turn_end_mask / index". Registering an existing
+    name raises ``ValueError`` unless ``overwrite=True``.
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"estimator name must be a non-empty string, got {name!r}")
+
+    def decorator(fn: Callable) -> Callable:
+        if name in _REGISTRY and not overwrite and _REGISTRY[name].fn is not fn:
+            raise ValueError(
+                f"advantage estimator {name!r} is already registered; pass overwrite=True"
+            )
+        params = inspect.signature(fn).parameters
+        for required in ("token_level_rewards", "response_mask"):
+            if required not in params:
+                raise TypeError(f"estimator {name!r} must take a {required!r} parameter")
+
+        def required_param(arg: str) -> bool:
+            return arg in params and params[arg].default is inspect.Parameter.empty
+
+        _REGISTRY[name] = AdvantageEstimator(
+            name=name,
+            fn=fn,
+            needs_critic=required_param("values") if needs_critic is None else needs_critic,
+            needs_turn_ends=(
+                required_param("turn_end_mask") if needs_turn_ends is None else needs_turn_ends
+            ),
+            needs_index=required_param("index") if needs_index is None else needs_index,
+            data_params=tuple(p for p in params if p in DATA_ARGS),
+            hyper_params=tuple(
+                p
+                for p, spec in params.items()
+                if p not in DATA_ARGS
+                and spec.kind
+                not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)
+            ),
+        )
+        return fn
+
+    return decorator
+
+
+def _ensure_builtins() -> None:
+    # Importing the estimator modules registers the built-in names.
+    import ragen.algo.gae  # noqa: F401
+    import ragen.algo.outcome  # noqa: F401
+
+
+def get_advantage_estimator(name: str) -> AdvantageEstimator:
+    """The estimator registered as ``name``; ``KeyError`` listing the names otherwise."""
+    _ensure_builtins()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise KeyError(
+            f"unknown advantage estimator {name!r}; available: {', '.join(sorted(_REGISTRY))}"
+        ) from None
+
+
+def list_advantage_estimators() -> list[str]:
+    """Sorted names of all registered estimators."""
+    _ensure_builtins()
+    return sorted(_REGISTRY)
+
+
+def needs_critic(name: str) -> bool:
+    """Whether estimator ``name`` needs value predictions (a critic)."""
+    return get_advantage_estimator(name).needs_critic
+
+
+def needs_turn_ends(name: str) -> bool:
+    """Whether estimator ``name`` needs ``turn_end_mask``."""
+    return get_advantage_estimator(name).needs_turn_ends
+
+
+def needs_index(name: str) -> bool:
+    """Whether estimator ``name`` needs group ids (``index``)."""
+    return get_advantage_estimator(name).needs_index

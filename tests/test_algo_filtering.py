@@ -1,0 +1,79 @@
+"""StarPO-S uncertainty filtering."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from ragen.algo import filter_groups
+
+# groups (first appearance order): g0 std 0, g1 std .707, g2 std 1.414, g3 std 0, g4 std .707
+SCORES = torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 2.0, 5.0, 5.0, 0.0, 1.0])
+INDEX = ["g0", "g0", "g0", "g1", "g1", "g2", "g2", "g3", "g3", "g4", "g4"]
+SAMPLE_GROUP = [0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
+
+
+def kept_groups(mask):
+    return sorted({g for g, keep in zip(SAMPLE_GROUP, mask.tolist()) if keep})
+
+
+@pytest.mark.parametrize(
+    "strategy,value,include_zero,expected",
+    [
+        ("top_p", 0.25, True, [1, 2]),  # ceil(1.25) = 2 groups; g1 beats g4 (tie, earlier)
+        ("top_p", 0.01, True, [2]),  # at least one group
+        ("top_p", 1.0, False, [1, 2, 4]),  # zero-std groups never kept
+        ("top_k", 3, True, [1, 2, 4]),
+        ("top_k", 4, True, [0, 1, 2, 4]),  # g0 beats g3 (tie at 0, earlier)
+        ("top_k", 4, False, [1, 2, 4]),
+        ("top_k", 99, True, [0, 1, 2, 3, 4]),
+        ("min_std", 0.7, True, [1, 2, 4]),
+        ("min_std", 0.0, False, [1, 2, 4]),
+        ("min_std", 2.0, True, []),
+    ],
+)
+def test_filter_keeps_expected_groups(strategy, value, include_zero, expected):
+    mask, metrics = filter_groups(SCORES, INDEX, strategy, value, include_zero)
+    assert mask.dtype == torch.bool and mask.shape == (11,)
+    assert kept_groups(mask) == expected
+    assert metrics["num_groups"] == 5 and metrics["num_groups_kept"] == len(expected)
+
+
+def test_filter_metrics():
+    mask, metrics = filter_groups(SCORES, INDEX, "top_p", 0.25)
+    s = math.sqrt(0.5)
+    assert metrics["std_mean_before"] == pytest.approx((0 + s + 2 * s + 0 + s) / 5)
+    assert metrics["std_max_before"] == pytest.approx(2 * s)
+    assert metrics["std_mean_after"] == pytest.approx(1.5 * s)
+    assert metrics["std_max_after"] == pytest.approx(2 * s)
+    assert metrics["kept_group_frac"] == pytest.approx(0.4)
+    assert metrics["kept_sample_frac"] == pytest.approx(4 / 11)
+    assert all(isinstance(v, float) for v in metrics.values())
+
+
+def test_filter_ties_follow_first_appearance_not_id_value():
+    # ids 9 and 2 have equal std; 9 appears first, so it wins the single slot.
+    mask, _ = filter_groups([0.0, 1.0, 0.0, 1.0], torch.tensor([9, 9, 2, 2]), "top_k", 1)
+    assert mask.tolist() == [True, True, False, False]
+
+
+def test_filter_all_zero_std_and_rounding():
+    # 0.1 * 3 / 3 != 0.1 in floating point: std must still be exactly 0
+    scores = torch.tensor([0.1, 0.1, 0.1, 0.7, 0.7], dtype=torch.float64)
+    mask, metrics = filter_groups(scores, [0, 0, 0, 1, 1], "top_p", 1.0, include_zero=False)
+    assert (
+        not mask.any() and metrics["std_max_before"] == 0.0 and metrics["kept_sample_frac"] == 0.0
+    )
+
+
+def test_filter_validation():
+    with pytest.raises(ValueError, match="top_p"):
+        filter_groups(SCORES, INDEX, "top_p", 0.0)
+    with pytest.raises(ValueError, match="top_k"):
+        filter_groups(SCORES, INDEX, "top_k", 1.5)
+    with pytest.raises(ValueError, match="min_std"):
+        filter_groups(SCORES, INDEX, "bottom_p", 0.5)
+    with pytest.raises(ValueError, match="11 samples"):
+        filter_groups(SCORES, INDEX[:3], "top_p", 0.5)
