@@ -14,19 +14,30 @@ from typing import Protocol
 
 @dataclass
 class SamplingParams:
-    temperature: float = 1.0
-    top_p: float = 1.0
+    temperature: float = 1.0  # 0 = greedy (argmax)
+    top_p: float = 1.0  # nucleus truncation; 1 = off
     top_k: int = 0  # 0 = off
     max_new_tokens: int = 128
     stop_strings: list[str] = field(default_factory=lambda: ["</answer>"])
-    seed: int | None = None
+    seed: int | None = None  # seeds a torch.Generator per call: same seed -> same samples
 
 
 @dataclass
 class Generation:
-    token_ids: list[int]  # sampled ids, including the stop token / string's last id
-    logprobs: list[float]  # log p(id) under the sampling distribution's model (T=1 logits)
-    text: str
+    """One sampled continuation.
+
+    ``logprobs[i]`` is the log-prob of ``token_ids[i]`` under the temperature-scaled
+    distribution BEFORE top-p / top-k truncation::
+
+        logprobs[i] = log_softmax(logits_i / T)[token_ids[i]]      (T = 0 -> T = 1)
+
+    The trainer recomputes exactly this quantity for the PPO ratio
+    (``ragen.models.logprobs.token_logprobs``).
+    """
+
+    token_ids: list[int]  # sampled ids; a stop string's completing id / the EOS id is the last
+    logprobs: list[float]  # see the class docstring; len == len(token_ids)
+    text: str  # decode(token_ids, skip_special_tokens=True), nothing cut off
     finish_reason: str  # "stop" (stop string), "eos", or "length"
 
 

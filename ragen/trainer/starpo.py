@@ -339,6 +339,9 @@ class StarPOTrainer:
         batch = self.prepare_batch(kept)
         timing["timing/prepare"] = time.perf_counter() - tic
 
+        # The engine keeps per-row KV caches between turns; free them before the update
+        # (the weights are about to change, and on a GPU that memory is needed now).
+        self.engine.clear_prefix_cache()
         tic = time.perf_counter()
         self.compute_old_log_probs(batch, metrics)
         timing["timing/old_log_prob"] = time.perf_counter() - tic

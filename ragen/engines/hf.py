@@ -1,0 +1,577 @@
+"""Batched generation with a local transformers model: sampled ids + their log-probs.
+
+    engine = HFEngine(model, tokenizer)            # the model is shared, never copied
+    gens = engine.generate(prompt_id_lists, SamplingParams(temperature=1.0, seed=0))
+
+One call generates for every prompt at once with our own sampling loop (not
+``model.generate``):
+
+* prompts are LEFT-padded into one ``(B, L)`` batch; position ids count only real
+  tokens, so a padded row computes exactly what it would alone;
+* prefill computes logits for the last position only (``logits_to_keep=1``), then
+  one token per step with a KV cache whose buffers are allocated once for
+  prompt + ``max_new_tokens`` positions (:class:`PreallocatedLayer`). transformers'
+  ``DynamicCache`` concatenates, i.e. copies the whole cache every step: on CPU that
+  copy was ~80% of a decode step;
+* rows that finish (stop string, EOS, length) are DROPPED from the batch and the KV
+  cache once they make up 1/8 of it (dropping copies the cache, so it is batched),
+  and the remaining rows stop paying for them; ``model.generate`` computes finished
+  rows to the end. ``bench/bench_generate.py`` measures both.
+
+Prefix reuse across calls (``prefix_cache=True``, the default): multi-turn rollouts
+send each episode's whole history again every turn, and that history starts with
+exactly the ids of the previous call (prompt + sampled ids, the token-exact context).
+After each call the engine keeps the K/V of every row's ``prompt + ids[:-1]``; a new
+prompt that extends one of them only computes its new tokens (the batch computes the
+last ``max(new tokens)`` columns; older columns are copied in). The kept K/V belong
+to the weights they were computed with: any in-place change of a parameter (an
+optimizer step, ``load_state_dict``) bumps its version counter and empties the store
+at the next call, as does switching PEFT adapters on/off. ``clear_prefix_cache()``
+frees it explicitly (e.g. before training on a GPU).
+
+Sampling (``sample_next_token``): ``logp = log_softmax(logits / T)`` (T = 0 -> greedy
+argmax, with T = 1 for the reported log-prob); top-k, then top-p (nucleus) truncation
+of that distribution; a draw from the renormalized remainder with a seeded
+``torch.Generator``. ``Generation.logprobs`` holds ``logp[sampled id]`` BEFORE
+truncation; ``ragen.models.logprobs.token_logprobs`` recomputes the same number.
+
+Stopping, per row: an EOS id (the tokenizer's eos, the generation config's eos ids
+and known end-of-turn tokens; the id is kept), the first time the decoded tail of
+the generated ids contains a stop string (the ids end with the token that completed
+it; a token carrying text past the stop string is kept whole, never split), or
+``max_new_tokens``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import time
+from dataclasses import dataclass
+
+from .base import Generation, SamplingParams
+
+#: end-of-turn / end-of-text tokens of common chat formats; treated as EOS when present
+KNOWN_END_TOKENS = (
+    "<|im_end|>",
+    "<|endoftext|>",
+    "<|eot_id|>",
+    "<|end_of_text|>",
+    "<end_of_turn>",
+    "<|end|>",
+    "</s>",
+)
+
+
+@dataclass
+class GenerationStats:
+    """Cumulative counters of an engine (``engine.stats``); ``reset()`` zeroes them."""
+
+    calls: int = 0
+    sequences: int = 0
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    seconds: float = 0.0
+    reused_prompt_tokens: int = 0  # prompt positions whose K/V came from the prefix store
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.generated_tokens / self.seconds if self.seconds > 0 else 0.0
+
+    def reset(self) -> None:
+        self.calls = self.sequences = self.prompt_tokens = self.generated_tokens = 0
+        self.reused_prompt_tokens = 0
+        self.seconds = 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "calls": self.calls,
+            "sequences": self.sequences,
+            "prompt_tokens": self.prompt_tokens,
+            "generated_tokens": self.generated_tokens,
+            "reused_prompt_tokens": self.reused_prompt_tokens,
+            "seconds": self.seconds,
+            "tokens_per_s": self.tokens_per_s,
+        }
+
+
+def check_sampling_params(params: SamplingParams) -> None:
+    """Raise a one-line ``ValueError`` for out-of-range sampling parameters."""
+    if params.temperature < 0 or math.isnan(params.temperature):
+        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {params.temperature}")
+    if not 0.0 < params.top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {params.top_p}")
+    if params.top_k < 0:
+        raise ValueError(f"top_k must be >= 0 (0 = off), got {params.top_k}")
+    if params.max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {params.max_new_tokens}")
+    if any(not s for s in params.stop_strings or []):
+        raise ValueError("stop_strings must not contain empty strings")
+
+
+def sample_next_token(logits, temperature: float, top_p: float, top_k: int, generator=None):
+    """Draw one token per row. ``logits``: ``(b, V)``. Returns ``(ids (b,), logp (b,))``.
+
+    ``logp = log_softmax(logits / T)[id]`` (T = 0 -> greedy argmax and T = 1 for logp),
+    i.e. the log-prob under the temperature-scaled distribution BEFORE top-k / top-p.
+    """
+    import torch
+
+    logits = logits.float()
+    logp = torch.log_softmax(logits / (temperature if temperature > 0 else 1.0), dim=-1)
+    if temperature == 0:
+        ids = logp.argmax(dim=-1)
+    else:
+        filtered = logp
+        if 0 < top_k < logp.shape[-1]:
+            kth = torch.topk(logp, top_k, dim=-1).values[:, -1:]
+            filtered = filtered.masked_fill(filtered < kth, float("-inf"))
+        if top_p < 1.0:
+            sorted_logp, order = torch.sort(filtered, dim=-1, descending=True)
+            probs = sorted_logp.softmax(dim=-1)
+            # drop a token when the mass BEFORE it already reaches top_p (the top one stays)
+            drop = (probs.cumsum(dim=-1) - probs) >= top_p
+            sorted_logp = sorted_logp.masked_fill(drop, float("-inf"))
+            filtered = torch.full_like(filtered, float("-inf")).scatter(-1, order, sorted_logp)
+        probs = filtered.softmax(dim=-1)
+        ids = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return ids, logp.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+
+
+#: drop finished rows from the batch once they are at least this fraction of it
+COMPACT_FRACTION = 1 / 8
+
+
+def _preallocated_layer_class():
+    """``PreallocatedLayer`` (defined lazily: transformers is imported only when needed)."""
+    from transformers.cache_utils import DynamicLayer
+
+    class PreallocatedLayer(DynamicLayer):
+        """A full-attention KV layer writing into buffers of fixed ``capacity`` positions.
+
+        ``keys``/``values`` are views ``buffer[:, :, :length]`` of shape
+        ``(B, H_kv, length, D)``; an update writes in place (no per-step copy).
+        """
+
+        def __init__(self, capacity: int):
+            super().__init__()
+            self.capacity = int(capacity)
+            self.length = 0
+
+        def lazy_initialization(self, key_states, value_states) -> None:
+            b, h, _, d = key_states.shape
+            self.allocate(b, (h, d), value_states.shape[1::2], key_states)
+
+        def allocate(self, batch: int, key_shape, value_shape, like) -> None:
+            """Zeroed buffers ``(batch, H, capacity, D)``; zeros, not garbage, because
+            masked (padding) columns still enter attention as 0-weight terms, and
+            0 * NaN would poison the row."""
+            self.dtype, self.device = like.dtype, like.device
+            self._key_buffer = like.new_zeros((batch, key_shape[0], self.capacity, key_shape[1]))
+            self._value_buffer = like.new_zeros(
+                (batch, value_shape[0], self.capacity, value_shape[1])
+            )
+            self._set_views()
+            self.is_initialized = True
+
+        def _set_views(self) -> None:
+            self.keys = self._key_buffer[:, :, : self.length]
+            self.values = self._value_buffer[:, :, : self.length]
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            end = self.length + key_states.shape[-2]
+            if end > self.capacity:
+                raise RuntimeError(f"KV cache capacity {self.capacity} exceeded ({end} positions)")
+            self._key_buffer[:, :, self.length : end] = key_states
+            self._value_buffer[:, :, self.length : end] = value_states
+            self.length = end
+            self._set_views()
+            return self.keys, self.values
+
+        def get_seq_length(self) -> int:
+            return self.length if self.is_initialized else 0
+
+        def batch_select_indices(self, indices) -> None:
+            if self.is_initialized:
+                self._key_buffer = self._key_buffer[indices]
+                self._value_buffer = self._value_buffer[indices]
+                self._set_views()
+
+        def crop(self, tokens_to_remove: int) -> None:
+            raise NotImplementedError("PreallocatedLayer does not crop")
+
+    return PreallocatedLayer
+
+
+def make_kv_cache(model, capacity: int):
+    """A ``DynamicCache`` whose full-attention layers are preallocated to ``capacity``.
+
+    Layers of other kinds (sliding window, linear attention) keep transformers' own
+    implementation; with a transformers version whose cache has no ``layers`` list the
+    plain ``DynamicCache`` is returned.
+    """
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    cache = DynamicCache(config=getattr(model, "config", None))
+    layers = getattr(cache, "layers", None)
+    if not layers:
+        return cache
+    layer_class = _preallocated_layer_class()
+    cache.layers = [
+        layer_class(capacity) if type(layer) is DynamicLayer else layer for layer in layers
+    ]
+    return cache
+
+
+@dataclass
+class _PrefixEntry:
+    ids: tuple[int, ...]
+    keys: list  # per layer: (H_kv, len(ids), D)
+    values: list
+
+
+class PrefixStore:
+    """K/V of the sequences one ``generate`` call produced, found by exact id prefix."""
+
+    def __init__(self, fingerprint=None):
+        self.fingerprint = fingerprint
+        self._by_length: dict[int, dict[tuple[int, ...], _PrefixEntry]] = {}
+        self._last_ids: dict[int, set[int]] = {}  # cheap pre-check per length
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._by_length.values())
+
+    def add(self, entry: _PrefixEntry) -> None:
+        n = len(entry.ids)
+        self._by_length.setdefault(n, {})[entry.ids] = entry
+        self._last_ids.setdefault(n, set()).add(entry.ids[-1])
+
+    def longest_prefix(self, prompt: tuple[int, ...]) -> _PrefixEntry | None:
+        """The longest stored sequence that is a STRICT prefix of ``prompt`` (at least
+        one prompt token must remain to compute the next-token logits)."""
+        for n in sorted(self._by_length, reverse=True):
+            if n >= len(prompt) or prompt[n - 1] not in self._last_ids[n]:
+                continue
+            entry = self._by_length[n].get(prompt[:n])
+            if entry is not None:
+                return entry
+        return None
+
+
+def weights_fingerprint(model):
+    """Identity, storage and in-place version of every parameter.
+
+    An optimizer step or ``copy_`` bumps ``_version``; ``load_state_dict(assign=True)``
+    or ``.to()`` changes the object or its storage.
+    """
+    try:
+        params = tuple((id(p), p.data_ptr(), p._version) for p in model.parameters())
+    except RuntimeError:  # inference-mode tensors have no version counter
+        return None
+    return params + _adapter_state(model)
+
+
+def _adapter_state(model) -> tuple:
+    """For a PEFT model: which adapters are active or disabled in each tuner layer
+    (``disable_adapter()`` / ``set_adapter`` change outputs without touching weights)."""
+    if not hasattr(model, "get_base_model"):
+        return ()
+    state = []
+    for module in model.modules():
+        disabled = getattr(module, "disable_adapters", None)
+        if isinstance(disabled, bool):
+            active = getattr(module, "active_adapters", ())
+            state.append((disabled, tuple(active) if isinstance(active, (list, tuple)) else active))
+    return tuple(state)
+
+
+def _model_device(model):
+    import torch
+
+    try:
+        return next(model.parameters()).device
+    except StopIteration:
+        return torch.device("cpu")
+
+
+def default_eos_ids(model, tokenizer) -> list[int]:
+    """EOS ids for ``model``: tokenizer eos + generation-config eos + known end-of-turn tokens."""
+    ids: set[int] = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    gen_cfg = getattr(model, "generation_config", None)
+    eos = getattr(gen_cfg, "eos_token_id", None)
+    if eos is not None:
+        ids.update([int(eos)] if isinstance(eos, int) else [int(e) for e in eos])
+    vocab = tokenizer.get_vocab()
+    ids.update(vocab[t] for t in KNOWN_END_TOKENS if t in vocab)
+    return sorted(ids)
+
+
+class HFEngine:
+    """Token engine over a transformers causal LM (or a PEFT wrapper of one).
+
+    ``device`` defaults to the model's device. ``eos_token_ids`` overrides
+    :func:`default_eos_ids`. ``prefix_cache`` keeps the last call's K/V for prompts
+    that extend it. ``stats`` accumulates generated tokens and seconds.
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        device=None,
+        eos_token_ids: list[int] | None = None,
+        prefix_cache: bool = True,
+    ):
+        import torch
+
+        self.model = model
+        self.tokenizer = tokenizer
+        self.device = torch.device(device) if device is not None else _model_device(model)
+        self.eos_token_ids = (
+            sorted(set(eos_token_ids))
+            if eos_token_ids is not None
+            else default_eos_ids(model, tokenizer)
+        )
+        pad = tokenizer.pad_token_id
+        self.pad_token_id = int(pad) if pad is not None else (self.eos_token_ids or [0])[0]
+        config = getattr(model, "config", None)
+        self.max_positions = getattr(config, "max_position_embeddings", None)
+        embeddings = (
+            model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+        )
+        self.vocab_size = getattr(embeddings, "num_embeddings", None)
+        self.stats = GenerationStats()
+        self._keeps_last_logits_only = _accepts_logits_to_keep(model)
+        self.prefix_cache = prefix_cache
+        self._store = PrefixStore()
+
+    def reset_stats(self) -> None:
+        self.stats.reset()
+
+    def clear_prefix_cache(self) -> None:
+        """Free the K/V kept from the last call (see "Prefix reuse" in the module doc)."""
+        self._store = PrefixStore()
+
+    # ------------------------------------------------------------------------------------
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        """Sample a continuation for every prompt in ONE batched loop; see the module doc."""
+        import torch
+
+        check_sampling_params(params)
+        if not prompts:
+            return []
+        vocab = self.vocab_size
+        for i, p in enumerate(prompts):
+            if len(p) == 0:
+                raise ValueError(f"prompt {i} is empty; every prompt needs at least one token")
+            if vocab is not None and (min(p) < 0 or max(p) >= vocab):
+                raise ValueError(
+                    f"prompt {i} has token ids outside [0, {vocab}); was it made by another tokenizer?"
+                )
+        start = time.perf_counter()
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            # no_grad rather than inference_mode: tensors made here (e.g. rotary caches)
+            # must stay usable when the same model trains right after.
+            with torch.no_grad():
+                gens = self._generate(prompts, params)
+        finally:
+            self.model.train(was_training)
+        self.stats.calls += 1
+        self.stats.sequences += len(prompts)
+        self.stats.prompt_tokens += sum(len(p) for p in prompts)
+        self.stats.generated_tokens += sum(len(g.token_ids) for g in gens)
+        self.stats.seconds += time.perf_counter() - start
+        return gens
+
+    def _generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        import torch
+
+        device = self.device
+        batch = len(prompts)
+        lengths = [len(p) for p in prompts]
+        width = max(lengths)
+        max_new = params.max_new_tokens
+        if self.max_positions is not None:
+            if width >= self.max_positions:
+                raise ValueError(
+                    f"prompt of {width} tokens does not fit the model context "
+                    f"({self.max_positions} positions); shorten the history or raise the limit"
+                )
+            max_new = min(max_new, self.max_positions - width)
+
+        token_ids: list[list[int]] = [[] for _ in range(batch)]
+        logprobs: list[list[float]] = [[] for _ in range(batch)]
+        reasons = ["length"] * batch
+        if max_new == 0:
+            return self._finish(token_ids, logprobs, reasons)
+        fingerprint = weights_fingerprint(self.model) if self.prefix_cache else None
+        if self._store.fingerprint != fingerprint or fingerprint is None:
+            self._store = PrefixStore(fingerprint)  # stale K/V: free before allocating
+        new_store = PrefixStore(fingerprint)
+
+        input_ids = torch.full((batch, width), self.pad_token_id, dtype=torch.long)
+        attention = torch.zeros((batch, width), dtype=torch.long)
+        for row, prompt in enumerate(prompts):
+            input_ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+            attention[row, width - len(prompt) :] = 1
+        input_ids, attention = input_ids.to(device), attention.to(device)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        next_position = torch.tensor(lengths, dtype=torch.long, device=device)
+
+        generator = None
+        if params.seed is not None:
+            generator = torch.Generator(device=device).manual_seed(int(params.seed))
+        stops = list(params.stop_strings or [])
+        # Tokens to decode so the tail surely covers the longest stop string: a character
+        # takes at most 4 UTF-8 bytes, and a byte-level token holds at least one byte.
+        window = 4 * max((len(s) for s in stops), default=0) + 2
+        eos = set(self.eos_token_ids)
+
+        cache = make_kv_cache(self.model, width + max_new)
+        layers = _preallocated_layers(cache) if self.prefix_cache else None
+        start = self._preload_prefixes(layers, prompts, width) if layers else 0
+        self._store = PrefixStore()  # its K/V are copied in; free them
+        extra = {"logits_to_keep": 1} if self._keeps_last_logits_only else {}
+        out = self.model(
+            input_ids=input_ids[:, start:],
+            attention_mask=attention,
+            position_ids=positions[:, start:],
+            past_key_values=cache,
+            use_cache=True,
+            **extra,
+        )
+        logits = out.logits[:, -1, :]
+        rows = list(range(batch))  # original index of each row still in the batch
+        alive = [True] * batch  # per batch row: still generating (dead rows await removal)
+        for step in range(max_new):
+            ids, logps = sample_next_token(
+                logits, params.temperature, params.top_p, params.top_k, generator
+            )
+            ids_list, logp_list = ids.tolist(), logps.tolist()
+            running = [i for i in range(len(rows)) if alive[i]]
+            for i in running:
+                row = rows[i]
+                token_ids[row].append(ids_list[i])
+                logprobs[row].append(logp_list[i])
+                if ids_list[i] in eos:
+                    reasons[row], alive[i] = "eos", False
+            if stops:
+                check = [i for i in running if alive[i]]
+                tails = self.tokenizer.batch_decode(
+                    [token_ids[rows[i]][-window:] for i in check],
+                    skip_special_tokens=False,
+                    clean_up_tokenization_spaces=False,
+                )
+                for i, tail in zip(check, tails):
+                    if any(s in tail for s in stops):
+                        reasons[rows[i]], alive[i] = "stop", False
+            if step == max_new - 1:
+                break  # rows still running keep finish_reason "length"
+            keep = [i for i in range(len(rows)) if alive[i]]
+            if not keep:
+                break
+            if len(rows) - len(keep) >= max(1, COMPACT_FRACTION * len(rows)):
+                # Drop finished rows from every tensor and the KV cache.
+                if layers:
+                    done = [i for i in range(len(rows)) if not alive[i]]
+                    self._keep_rows(new_store, layers, done, rows, prompts, token_ids, width)
+                index = torch.tensor(keep, dtype=torch.long, device=device)
+                cache.batch_select_indices(index)
+                attention, ids, next_position = attention[index], ids[index], next_position[index]
+                rows, alive = [rows[i] for i in keep], [True] * len(keep)
+            attention = torch.cat([attention, attention.new_ones((len(rows), 1))], dim=-1)
+            out = self.model(
+                input_ids=ids.unsqueeze(-1),
+                attention_mask=attention,
+                position_ids=next_position.unsqueeze(-1),
+                past_key_values=cache,
+                use_cache=True,
+            )
+            logits = out.logits[:, -1, :]
+            next_position = next_position + 1
+        if layers:
+            self._keep_rows(new_store, layers, range(len(rows)), rows, prompts, token_ids, width)
+            self._store = new_store
+        return self._finish(token_ids, logprobs, reasons)
+
+    def _preload_prefixes(self, layers, prompts, width: int) -> int:
+        """Copy stored K/V into the cache for prompts extending a stored sequence.
+
+        Row ``i`` (prompt length ``p_i``, right-aligned in ``width`` columns) reuses its
+        first ``c_i`` positions; it must compute ``s_i = p_i - c_i`` new ones, so the
+        batch computes the last ``S = max_i s_i`` columns and the columns before are
+        copied in. Returns the first column to compute (0 = nothing reused).
+        """
+        if not len(self._store):
+            return 0
+        hits = [self._store.longest_prefix(tuple(p)) for p in prompts]
+        if not any(hits):
+            return 0
+        block = max(len(p) - (len(h.ids) if h else 0) for p, h in zip(prompts, hits))
+        start = width - block
+        if start <= 0:
+            return 0
+        like = next(h for h in hits if h)
+        for layer_index, layer in enumerate(layers):
+            k, v = like.keys[layer_index], like.values[layer_index]
+            layer.allocate(len(prompts), k.shape[0::2], v.shape[0::2], k)
+            for row, (prompt, hit) in enumerate(zip(prompts, hits)):
+                n_copy = len(prompt) - block  # positions of this row left of the block
+                if n_copy > 0:
+                    col = width - len(prompt)
+                    layer._key_buffer[row, :, col:start] = hit.keys[layer_index][:, :n_copy]
+                    layer._value_buffer[row, :, col:start] = hit.values[layer_index][:, :n_copy]
+            layer.length = start
+            layer._set_views()
+        self.stats.reused_prompt_tokens += sum(max(0, len(p) - block) for p in prompts)
+        return start
+
+    @staticmethod
+    def _keep_rows(store, layers, batch_rows, rows, prompts, token_ids, width: int) -> None:
+        """Store K/V of ``prompt + ids[:-1]`` (the last sampled id was never fed)."""
+        for b in batch_rows:
+            row = rows[b]
+            generated = token_ids[row]
+            if not generated:
+                continue
+            first, end = width - len(prompts[row]), width + len(generated) - 1
+            store.add(
+                _PrefixEntry(
+                    ids=tuple(prompts[row]) + tuple(generated[:-1]),
+                    keys=[layer._key_buffer[b, :, first:end].clone() for layer in layers],
+                    values=[layer._value_buffer[b, :, first:end].clone() for layer in layers],
+                )
+            )
+
+    def _finish(self, token_ids, logprobs, reasons) -> list[Generation]:
+        texts = self.tokenizer.batch_decode(
+            token_ids, skip_special_tokens=True, clean_up_tokenization_spaces=False
+        )
+        return [
+            Generation(token_ids=t, logprobs=lp, text=text, finish_reason=r)
+            for t, lp, text, r in zip(token_ids, logprobs, texts, reasons)
+        ]
+
+
+def _preallocated_layers(cache):
+    """The cache's layers when ALL are preallocated full-attention layers, else None."""
+    layers = getattr(cache, "layers", None)
+    if not layers or any(type(layer).__name__ != "PreallocatedLayer" for layer in layers):
+        return None
+    return layers
+
+
+def _accepts_logits_to_keep(model) -> bool:
+    """Whether ``model.forward`` (or the model a PEFT wrapper holds) takes ``logits_to_keep``."""
+    target = model.get_base_model() if hasattr(model, "get_base_model") else model
+    try:
+        return "logits_to_keep" in inspect.signature(target.forward).parameters
+    except (TypeError, ValueError):
+        return False

@@ -1,0 +1,41 @@
+"""Model loading, the tiny-model factory and the critic (value model).
+
+Attributes are imported lazily so that ``import ragen.models`` (and ``ragen.models.cli``)
+does not import torch or transformers.
+
+    >>> from ragen.models import load_policy, create_tiny, create_critic
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "load_policy": "loading",
+    "load_tokenizer": "loading",
+    "prepare_tokenizer": "loading",
+    "pick_device": "loading",
+    "pick_dtype": "loading",
+    "count_parameters": "loading",
+    "chat_template_kind": "loading",
+    "create_tiny": "tiny",
+    "create_critic": "value",
+    "critic_values": "value",
+    "load_critic": "value",
+    "token_logprobs": "logprobs",
+    "position_ids_from_mask": "logprobs",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        module = importlib.import_module(f"{__name__}.{_EXPORTS[name]}")
+        return getattr(module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)
