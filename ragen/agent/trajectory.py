@@ -12,7 +12,13 @@ Layout of one multi-turn sample (full-history context)::
     gen_logprobs   log p(sampled id) from generation at sampled positions, 0.0 elsewhere
 
 With a windowed context (last k turns) every turn is its own sample holding one
-response; ``episode_id`` ties the samples of one episode together.
+response; ``episode_id`` ties the samples of one episode together (``turn_index`` is
+the turn it trains; episode-level facts and ``turns`` are repeated on each sample).
+
+``len(turn_ends) == len(turn_rewards)`` for every sample with ids. A turn whose response has no ids (only
+possible for a policy that returned nothing) has no end position; its reward is folded
+into the neighbouring turn's entry. Text-only samples (a chat API policy) have no ids:
+``input_ids == turn_ends == []`` and ``turn_rewards`` holds every turn's reward.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ class TurnRecord:
     reward: float  # env_reward + format shaping (penalty / bonus)
     done: bool
     info: dict[str, Any] = field(default_factory=dict)
+    prompt: str = ""  # the full user message that opened the turn (what the policy read)
 
 
 @dataclass
@@ -60,7 +67,10 @@ class Trajectory:
     num_effective_actions: int = 0
     num_format_errors: int = 0
     truncated: bool = False  # ended because the next prompt exceeded max_model_len
-    turns: list[TurnRecord] = field(default_factory=list)
+    turns: list[TurnRecord] = field(default_factory=list)  # the whole episode's turns
+    # --- provenance -----------------------------------------------------------------
+    source: str = ""  # policy that played it: "model", "oracle", "random", "chat"
+    context_exact: bool = True  # decode(input_ids) == the chat template's own rendering
 
     @property
     def reward(self) -> float:

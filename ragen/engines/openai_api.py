@@ -168,7 +168,7 @@ class OpenAIChatEngine:
                 else:
                     raise RuntimeError(
                         f"cannot reach {self.url} ({_short(str(err.reason))}); is the server "
-                        "running? check --base-url (it should point at .../v1)"
+                        "running? check --api-base (it should point at .../v1)"
                     ) from None
             except (ConnectionResetError, http.client.HTTPException) as err:
                 # the server dropped the connection mid-request: treat like a 5xx

@@ -1,0 +1,162 @@
+"""Throughput of the multi-turn rollout loop against bare ``model.generate`` calls.
+
+Run from the repository root::
+
+    .venv/bin/python -m bench.bench_rollout                      # tiny "small", 8x16, 5 turns
+    .venv/bin/python -m bench.bench_rollout --size nano --max-new-tokens 32 --threads 2
+
+Workload: a randomly initialized tiny model (``ragen.models.tiny``, built in memory)
+plays ``--groups x --group-size`` Sokoban episodes for up to ``--turns`` turns with
+``--max-new-tokens`` per turn (temperature 1). A random model rarely closes its answer,
+so nearly every turn runs to the token limit and every episode lasts all turns: the
+loop does the full amount of generation.
+
+Baseline, paired turn by turn: right after the rollout's generation call of turn t,
+ONE bare ``model.generate`` call (sampling, KV cache, no stop strings) runs with the
+same number of sequences, prompts of that turn's mean prompt length (a Sokoban prompt
+tiled to length; identical lengths, so no padding) and the same ``max_new_tokens``.
+Pairing keeps both measurements close in time, which matters on a shared machine.
+Bare tokens are counted up to and including each row's first EOS.
+
+Rows: ``rollout (whole loop)`` = ``run_rollout`` wall time minus the bare calls made
+inside it (chat template, token context, batched ``HFEngine.generate``, parsing, env
+steps, samples); ``engine share`` = time inside ``HFEngine.generate``; ``bare generate``
+= the paired baseline calls. tokens/s = generated tokens / seconds; the ratio is
+loop tokens/s over bare tokens/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description="rollout loop vs bare model.generate throughput")
+    p.add_argument("--size", default="small", help="tiny model preset: nano|micro|small|base")
+    p.add_argument("--env", default="sokoban")
+    p.add_argument("--groups", type=int, default=8)
+    p.add_argument("--group-size", type=int, default=16)
+    p.add_argument("--turns", type=int, default=5)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+
+    import torch
+
+    from ragen.agent.env_manager import EnvStateManager
+    from ragen.agent.policies import ModelPolicy
+    from ragen.agent.rollout import RolloutConfig, run_rollout
+    from ragen.engines.hf import HFEngine
+    from ragen.models.tiny import build_model, build_tokenizer
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    tok = build_tokenizer("chatml")
+    model = build_model(args.size, tok, seed=args.seed).to(args.device).eval()
+    n_params = sum(p.numel() for p in model.parameters())
+    hf = HFEngine(model, tok)
+    eos = set(hf.eos_token_ids)
+    probe = EnvStateManager(args.env, env_groups=1, group_size=1, seed=args.seed)
+    probe.reset([0])
+    base = tok.apply_chat_template(
+        [{"role": "user", "content": probe.envs[0].render("text")}], add_generation_prompt=True
+    )
+    base = list(base["input_ids"] if hasattr(base, "keys") else base)
+
+    def bare_generate(n_seqs: int, length: int, max_new: int) -> tuple[int, float]:
+        """One ``model.generate`` over ``n_seqs`` prompts of ``length`` ids."""
+        prompt = (base * (length // len(base) + 1))[-length:]
+        input_ids = torch.tensor([prompt] * n_seqs, device=args.device)
+        with torch.no_grad():
+            tic = time.perf_counter()
+            out = model.generate(
+                input_ids,
+                attention_mask=torch.ones_like(input_ids),
+                do_sample=True,
+                temperature=1.0,
+                top_p=1.0,
+                top_k=0,
+                max_new_tokens=max_new,
+                pad_token_id=tok.pad_token_id,
+            )
+            seconds = time.perf_counter() - tic
+        tokens = sum(
+            next((i + 1 for i, t in enumerate(row) if t in eos), len(row))
+            for row in out[:, length:].tolist()
+        )
+        return tokens, seconds
+
+    class PairedEngine:
+        """The rollout's engine; after each call, runs the matching bare baseline."""
+
+        eos_token_ids = hf.eos_token_ids
+        max_positions = hf.max_positions
+
+        def __init__(self) -> None:
+            self.paired = True
+            self.calls: list[tuple[int, float, int, float, float]] = []
+
+        def generate(self, prompts, params):
+            tic = time.perf_counter()
+            gens = hf.generate(prompts, params)
+            engine_s = time.perf_counter() - tic
+            mean_len = round(sum(map(len, prompts)) / len(prompts))
+            if self.paired:
+                n, sec = bare_generate(len(prompts), mean_len, params.max_new_tokens)
+                self.calls.append((len(prompts), mean_len, n, sec, engine_s))
+            return gens
+
+    engine = PairedEngine()
+    policy = ModelPolicy(engine, tok)
+    # warm-up (allocator, kernels, template compilation) on a small batch
+    engine.paired = False
+    warm = EnvStateManager(args.env, env_groups=1, group_size=2, seed=args.seed)
+    run_rollout(policy, warm, RolloutConfig(max_turns=1, max_new_tokens=4), [0])
+    bare_generate(2, 16, 4)
+    engine.paired = True
+
+    manager = EnvStateManager(
+        args.env, env_groups=args.groups, group_size=args.group_size, seed=args.seed
+    )
+    cfg = RolloutConfig(
+        max_turns=args.turns, max_new_tokens=args.max_new_tokens, temperature=1.0, seed=args.seed
+    )
+    tic = time.perf_counter()
+    result = run_rollout(policy, manager, cfg, manager.seeds_for_step(0))
+    wall = time.perf_counter() - tic
+    bare_tokens = sum(c[2] for c in engine.calls)
+    bare_s = sum(c[3] for c in engine.calls)
+    engine_s = sum(c[4] for c in engine.calls)
+    loop_s = wall - bare_s  # the rollout without the baseline calls made inside it
+    gen_tokens = int(result.stats["generated_tokens"])
+
+    print(
+        f"tiny-{args.size} ({n_params / 1e6:.2f}M params), {args.env}, device={args.device}, "
+        f"threads={torch.get_num_threads()}, {args.groups}x{args.group_size} sequences, "
+        f"<= {args.turns} turns, max_new_tokens={args.max_new_tokens}"
+    )
+    header = f"{'setting':<22} {'calls':>5} {'tokens':>8} {'seconds':>8} {'tok/s':>9}"
+    print(header)
+    print("-" * len(header))
+    prompts = "/".join(str(c[1]) for c in engine.calls)
+    rows = [
+        ("rollout (whole loop)", len(engine.calls), gen_tokens, loop_s),
+        ("  engine share", len(engine.calls), gen_tokens, engine_s),
+        ("bare model.generate", len(engine.calls), bare_tokens, bare_s),
+    ]
+    for name, calls, n, sec in rows:
+        print(f"{name:<22} {calls:>5} {n:>8} {sec:>8.2f} {n / sec:>9.1f}")
+    print(f"batch per call: {'/'.join(str(c[0]) for c in engine.calls)}; mean prompt: {prompts}")
+    ratio = (gen_tokens / loop_s) / (bare_tokens / bare_s)
+    print(
+        f"ratio rollout loop / bare generate: {ratio:.2f}  "
+        f"(engine only: {(gen_tokens / engine_s) / (bare_tokens / bare_s):.2f}; "
+        f"loop overhead outside the engine: {100 * (1 - engine_s / loop_s):.1f}% of loop time)"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""ragen eval: play validation seeds with a model (or a reference policy) and report.
+
+ragen eval --model oracle --env sokoban --n 64
+ragen eval --model runs/tiny-small --env frozen_lake --n 32 --max-new-tokens 64 --out runs/eval
+ragen eval --api-base http://localhost:8000/v1 --model Qwen2.5-0.5B-Instruct --env sokoban
+ragen eval --model random --env sokoban --env-config dim_room=[8,8] num_boxes=2
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def parse_key_values(pairs: list[str] | None) -> dict[str, Any]:
+    """``["a=1", "b=[8, 8]", "c=true"]`` -> ``{"a": 1, "b": [8, 8], "c": True}`` (YAML values)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--env-config expects key=value, got {pair!r}")
+        try:
+            out[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            out[key.strip()] = value
+    return out
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "eval",
+        help="evaluate a model (or oracle/random) on an environment's validation seeds",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--model",
+        required=True,
+        help="model folder, .gguf file, hub id, 'oracle' or 'random' "
+        "(with --api-base: the served model name)",
+    )
+    p.add_argument("--env", required=True, help="registered environment name (see `ragen envs`)")
+    p.add_argument("--n", type=int, default=256, help="episodes to play (default 256)")
+    p.add_argument(
+        "--group-size",
+        type=int,
+        default=1,
+        help="episodes per initial state; pass@k uses k = group size (default 1)",
+    )
+    p.add_argument("--temperature", type=float, default=0.5, help="sampling temperature (0.5)")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--max-turns", type=int, default=5)
+    p.add_argument("--max-actions-per-turn", type=int, default=5)
+    p.add_argument("--max-actions-per-trajectory", type=int, default=10)
+    p.add_argument("--max-new-tokens", type=int, default=400, help="per turn (400)")
+    p.add_argument("--max-model-len", type=int, default=4096)
+    p.add_argument(
+        "--context-window",
+        type=int,
+        default=None,
+        help="keep only the last k turns in the prompt (default: full history)",
+    )
+    p.add_argument("--no-think", action="store_true", help="answer-only format (no <think>)")
+    p.add_argument("--separator", default="||", help="action separator inside <answer>")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed-offset", type=int, default=0, help="shift the validation seeds")
+    p.add_argument(
+        "--env-config",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="environment options, values in YAML (e.g. dim_room=[8,8])",
+    )
+    p.add_argument("--out", default=None, help="folder for trajectories.jsonl and metrics.json")
+    p.add_argument(
+        "--api-base", default=None, help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1"
+    )
+    p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: auto)")
+    p.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 (default: auto)")
+    p.add_argument(
+        "--batch-groups",
+        type=int,
+        default=None,
+        help="play at most this many groups per batch (default: all)",
+    )
+    p.add_argument(
+        "--epsilon",
+        type=float,
+        default=0.0,
+        help="oracle only: probability of replacing an action by a random one",
+    )
+    p.add_argument(
+        "--actions-per-turn", type=int, default=1, help="oracle/random only: actions per response"
+    )
+    p.set_defaults(func=run_eval)
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    from .evaluate import format_table, run_evaluation
+    from .rollout import RolloutConfig
+
+    config = RolloutConfig(
+        max_actions_per_turn=args.max_actions_per_turn,
+        max_actions_per_trajectory=args.max_actions_per_trajectory,
+        max_new_tokens=args.max_new_tokens,
+        max_model_len=args.max_model_len,
+        think=not args.no_think,
+        separator=args.separator,
+        context_window=args.context_window,
+        top_p=args.top_p,
+        top_k=args.top_k,
+    )
+    result = run_evaluation(
+        args.model,
+        args.env,
+        n=args.n,
+        group_size=args.group_size,
+        temperature=args.temperature,
+        max_turns=args.max_turns,
+        env_config=parse_key_values(args.env_config),
+        out_dir=args.out,
+        api_base=args.api_base,
+        config=config,
+        seed=args.seed,
+        seed_offset=args.seed_offset,
+        batch_groups=args.batch_groups,
+        device=args.device,
+        dtype=args.dtype,
+        epsilon=args.epsilon,
+        actions_per_turn=args.actions_per_turn,
+    )
+    m = result.metrics
+    title = (
+        f"ragen eval  model={args.model}  env={args.env}  n={args.n}  "
+        f"group_size={args.group_size}  ({m['eval_seconds']:.1f}s)"
+    )
+    print(format_table(m, title))
+    if args.out:
+        print(f"wrote {args.out}/trajectories.jsonl and {args.out}/metrics.json")
+    return 0

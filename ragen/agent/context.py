@@ -1,0 +1,378 @@
+"""Token-exact multi-turn sequences for any tokenizer with a chat template.
+
+The policy's sampled ids are never decoded and re-tokenized. A sequence is built
+from two kinds of segments::
+
+    [ prompt_0 | sampled_0 | glue_1 | sampled_1 | glue_2 | ... ]
+
+* ``sampled_t``: the ids the policy produced in turn t, kept verbatim (loss mask 1);
+* ``prompt_0``/``glue_t``: template text (system + user messages, end-of-turn markers,
+  the next generation prompt), tokenized from text (loss mask 0).
+
+How the glue text is found
+--------------------------
+**delta** (used when the template is append-only, the usual case). Render the whole
+conversation so far with ``add_generation_prompt=True`` and take the text after
+everything already in the sequence. This needs ``render(conversation + new user)``
+to *start with* the text of our ids so far (``decode(ids)``); that is checked every
+turn. When it holds for every turn, ``decode(input_ids)`` equals the template's own
+rendering of the conversation (plus the last sampled text), byte for byte.
+
+**fixed_prefix** (the fallback). Some templates are not append-only: they trim or
+rewrite earlier assistant messages (e.g. drop earlier ``<think>`` content), or inject
+text that depends on the number of messages. Then the glue after turn t is taken from
+a fixed dummy conversation::
+
+    render([system, user: DUMMY, assistant: MARK, user: u_{t+1}], add_generation_prompt=True)
+
+and the glue is everything after ``MARK``. The sequence then holds the full sampled
+history (nothing dropped or rewritten) joined by the template's own end-of-turn and
+user-turn text; the ids are still exactly what the policy was prompted with, since
+rollout and training use the same ids. An episode switches to ``fixed_prefix`` the
+first time the append-only check fails (counted in rollout stats); a template that
+fails the check at construction (:func:`probe_append_only`) uses it from the start.
+
+End-of-sequence tail: when the last sampled id is an EOS token (e.g. ``<|im_end|>``),
+its text usually opens the template's end-of-turn glue; that prefix of the glue is
+dropped so the EOS is not duplicated. The EOS id itself stays (it was sampled).
+
+Context policy: ``window=None`` keeps the full history in one sample; ``window=k``
+prompts each turn with the system message, the last k turns and the new user
+message, and makes every turn its own sample (:meth:`ContextManager.samples`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# A plain template for tokenizers that ship none (base models). Append-only by design.
+PLAIN_CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ message['role'] | capitalize }}: {{ message['content'] }}\n\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}Assistant: {% endif %}"
+)
+
+_DUMMY_USER = "ragen-context-probe: user"
+_MARK = "RAGEN_ASSISTANT_MARK_7F3A"
+
+
+class ChatFormat:
+    """A tokenizer plus its chat template: render, encode, decode, glue text.
+
+    ``strategy``: ``"auto"`` (probe the template: ``delta`` when append-only, else
+    ``fixed_prefix``), ``"delta"`` or ``"fixed_prefix"``.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        chat_template: str | None = None,
+        strategy: str = "auto",
+        eos_ids: list[int] | None = None,
+    ) -> None:
+        if strategy not in ("auto", "delta", "fixed_prefix"):
+            raise ValueError(f"strategy must be auto, delta or fixed_prefix, got {strategy!r}")
+        self.tokenizer = tokenizer
+        template = chat_template or getattr(tokenizer, "chat_template", None)
+        if isinstance(template, dict):  # named templates (older hubs): use the default one
+            template = template.get("default") or next(iter(template.values()), None)
+        self.chat_template = template or PLAIN_CHAT_TEMPLATE
+        # The Rust tokenizer behind a "fast" HF tokenizer: same ids/text, without the
+        # wrapper's per-call overhead (which dominates for short glue strings).
+        self._backend = getattr(tokenizer, "backend_tokenizer", None)
+        self.eos_ids = set(eos_ids or [])
+        if getattr(tokenizer, "eos_token_id", None) is not None:
+            self.eos_ids.add(int(tokenizer.eos_token_id))
+        self.system_in_user = self._detect_system_in_user()
+        if strategy == "auto":
+            strategy = "delta" if probe_append_only(self) else "fixed_prefix"
+        self.strategy = strategy
+
+    # -- primitives -------------------------------------------------------------------
+    def render(self, messages: list[dict[str, str]], add_generation_prompt: bool) -> str:
+        """Chat-template text of ``messages`` (system folded into the first user if needed)."""
+        if self.system_in_user and messages and messages[0]["role"] == "system":
+            system, rest = messages[0]["content"], list(messages[1:])
+            if rest:
+                rest[0] = {"role": rest[0]["role"], "content": f"{system}\n\n{rest[0]['content']}"}
+            messages = rest
+        return self.tokenizer.apply_chat_template(
+            messages,
+            chat_template=self.chat_template,
+            add_generation_prompt=add_generation_prompt,
+            tokenize=False,
+        )
+
+    def encode(self, text: str) -> list[int]:
+        # Template text carries its own BOS/special tokens; add none (as HF chat does).
+        if not text:
+            return []
+        if self._backend is not None:
+            return self._backend.encode(text, add_special_tokens=False).ids
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: list[int]) -> str:
+        if self._backend is not None:
+            return self._backend.decode(list(ids), skip_special_tokens=False)
+        return self.tokenizer.decode(
+            list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False
+        )
+
+    def fixed_prefix_glue(self, system: str, user: str) -> str:
+        """Glue text after an assistant message and up to the next generation, for ``user``.
+
+        Rendered against a fixed dummy prefix, so it does not depend on the history.
+        """
+        text = self.render(
+            [
+                {"role": "system", "content": system},
+                {"role": "user", "content": _DUMMY_USER},
+                {"role": "assistant", "content": _MARK},
+                {"role": "user", "content": user},
+            ],
+            add_generation_prompt=True,
+        )
+        if text.count(_MARK) != 1:
+            raise ValueError(
+                "the chat template does not render assistant content verbatim; "
+                "pass chat_template= with a template that does"
+            )
+        return text.split(_MARK, 1)[1]
+
+    def _detect_system_in_user(self) -> bool:
+        convo = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+        try:
+            self.system_in_user = False
+            self.render(convo, add_generation_prompt=True)
+            return False
+        except Exception as err:  # templates signal "no system role" with raise_exception
+            try:
+                self.system_in_user = True
+                self.render(convo, add_generation_prompt=True)
+                return True
+            except Exception:
+                raise ValueError(
+                    f"the chat template cannot render a system+user conversation ({err}); "
+                    "pass chat_template= explicitly"
+                ) from None
+
+
+def probe_append_only(fmt: ChatFormat) -> bool:
+    """True when re-rendering a longer conversation only appends to the shorter one.
+
+    Uses a three-turn conversation with think blocks (templates that strip earlier
+    reasoning or count messages fail it).
+    """
+    messages = [{"role": "system", "content": "probe system"}]
+    text = ""
+    for t in range(3):
+        messages.append({"role": "user", "content": f"probe user {t}"})
+        rendered = fmt.render(messages, add_generation_prompt=True)
+        if not rendered.startswith(text):
+            return False
+        reply = f"<think>probe thought {t}</think><answer>probe {t}</answer>"
+        messages.append({"role": "assistant", "content": reply})
+        text = rendered + reply
+    return True
+
+
+@dataclass
+class SampleIds:
+    """Token ids of one training sample, with the masks the trainer needs."""
+
+    input_ids: list[int]
+    response_mask: list[int]
+    gen_logprobs: list[float]
+    turn_ends: list[int]
+    turn_index: int = 0  # first turn this sample covers
+    exact: bool = True  # decode(input_ids) == the template's rendering (delta strategy)
+
+
+@dataclass
+class _Sequence:
+    """A growing token sequence for one conversation (see the module docstring)."""
+
+    fmt: ChatFormat
+    system: str
+    mode: str
+    messages: list[dict[str, str]] = field(default_factory=list)
+    ids: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    turn_ends: list[int] = field(default_factory=list)
+    text: str = ""  # expected decode(ids)
+    tail: str = ""  # text of a trailing sampled EOS, consumed by the next glue
+    exact: bool = True
+    fallbacks: int = 0
+
+    def add_user(self, content: str) -> None:
+        if not self.messages:
+            self.messages = [{"role": "system", "content": self.system}]
+            self.messages.append({"role": "user", "content": content})
+            glue = self.fmt.render(self.messages, add_generation_prompt=True)
+        else:
+            self.messages.append({"role": "user", "content": content})
+            glue = None
+            if self.mode == "delta":
+                rendered = self.fmt.render(self.messages, add_generation_prompt=True)
+                if rendered.startswith(self.text):
+                    glue = rendered[len(self.text) :]
+                else:  # not append-only for this conversation: switch for good
+                    self.mode, self.exact = "fixed_prefix", False
+                    self.fallbacks += 1
+            if glue is None:
+                glue = self.fmt.fixed_prefix_glue(self.system, content)
+                if self.tail and glue.startswith(self.tail):
+                    glue = glue[len(self.tail) :]
+                self.exact = False
+        self.tail = ""
+        ids = self.fmt.encode(glue)
+        self._extend(ids, glue, trainable=False)
+
+    def add_response(
+        self,
+        ids: list[int],
+        logprobs: list[float] | None,
+        trainable: bool,
+        ended_by_eos: bool = False,
+    ) -> str:
+        """Append sampled ids; return the assistant message content (text without EOS tail)."""
+        ids = [int(i) for i in ids]
+        if logprobs is None or len(logprobs) != len(ids):
+            logprobs = [0.0] * len(ids)
+        has_tail = bool(ids) and (ended_by_eos or ids[-1] in self.fmt.eos_ids)
+        body = ids[:-1] if has_tail else ids
+        content = self.fmt.decode(body)
+        self.tail = self.fmt.decode(ids[-1:]) if has_tail else ""
+        self.ids.extend(ids)
+        self.mask.extend([1 if trainable else 0] * len(ids))
+        self.logprobs.extend(float(x) if trainable else 0.0 for x in logprobs)
+        self.text += content + self.tail
+        if trainable and ids:
+            self.turn_ends.append(len(self.ids) - 1)
+        self.messages.append({"role": "assistant", "content": content})
+        return content
+
+    def _extend(self, ids: list[int], text: str, trainable: bool) -> None:
+        self.ids.extend(ids)
+        self.mask.extend([int(trainable)] * len(ids))
+        self.logprobs.extend([0.0] * len(ids))
+        self.text += text
+
+    def snapshot(self) -> tuple:
+        return (
+            len(self.ids),
+            len(self.messages),
+            len(self.text),
+            self.tail,
+            self.mode,
+            self.exact,
+            self.fallbacks,
+        )
+
+    def restore(self, snap: tuple) -> None:
+        n_ids, n_msgs, n_text, self.tail, self.mode, self.exact, self.fallbacks = snap
+        del self.ids[n_ids:], self.mask[n_ids:], self.logprobs[n_ids:]
+        del self.messages[n_msgs:]
+        self.text = self.text[:n_text]
+
+    def sample(self, turn_index: int) -> SampleIds:
+        roundtrip = self.fmt.decode(self.ids) == self.text
+        return SampleIds(
+            input_ids=list(self.ids),
+            response_mask=list(self.mask),
+            gen_logprobs=list(self.logprobs),
+            turn_ends=list(self.turn_ends),
+            turn_index=turn_index,
+            exact=self.exact and roundtrip,
+        )
+
+
+@dataclass
+class _Turn:
+    user: str
+    ids: list[int]
+    logprobs: list[float] | None
+    ended_by_eos: bool
+
+
+class ContextManager:
+    """Prompts and training samples of ONE episode under a context policy.
+
+    Per turn: ``prompt = next_prompt(user_text)``; either ``add_response(ids, logprobs)``
+    or, when the prompt is too long, ``cancel_prompt()``. At the end ``samples()``.
+
+    ``window=None``: full history, one sample whose mask covers every turn's sampled ids.
+    ``window=k``: turn t is prompted with system + turns t-k..t-1 + user t and becomes
+    its own sample (``turn_index=t``) whose only trainable segment is turn t's ids.
+    """
+
+    def __init__(self, fmt: ChatFormat, system: str, window: int | None = None) -> None:
+        if window is not None and window < 0:
+            raise ValueError(f"context window must be >= 0 turns or None, got {window}")
+        self.fmt, self.system, self.window = fmt, system, window
+        self.turns: list[_Turn] = []
+        self._full = _Sequence(fmt, system, fmt.strategy)
+        self._pending: _Sequence | None = None  # the sequence holding the open prompt
+        self._pending_user: str | None = None
+        self._snapshot: tuple | None = None
+        self._window_samples: list[SampleIds] = []
+        self.fallbacks = 0
+
+    def next_prompt(self, user: str) -> list[int]:
+        """Token ids of the prompt for the next turn, ending with the generation prompt."""
+        if self._pending is not None:
+            raise RuntimeError("next_prompt called twice without add_response/cancel_prompt")
+        if self.window is None:
+            seq = self._full
+            self._snapshot = seq.snapshot()
+        else:
+            seq = _Sequence(self.fmt, self.system, self.fmt.strategy)
+            for turn in self.turns[max(0, len(self.turns) - self.window) :] if self.window else []:
+                seq.add_user(turn.user)
+                seq.add_response(turn.ids, turn.logprobs, False, turn.ended_by_eos)
+        seq.add_user(user)
+        self._pending, self._pending_user = seq, user
+        return list(seq.ids)
+
+    def add_response(
+        self, ids: list[int], logprobs: list[float] | None = None, ended_by_eos: bool = False
+    ) -> str:
+        """Record the sampled ids of the open prompt; returns the assistant content text.
+
+        ``ended_by_eos``: the last id is an end-of-sequence token (``finish_reason ==
+        "eos"``); ids in ``ChatFormat.eos_ids`` are recognised without it.
+        """
+        seq = self._take_pending()
+        content = seq.add_response(ids, logprobs, True, ended_by_eos)
+        self.turns.append(_Turn(self._pending_user or "", list(ids), logprobs, ended_by_eos))
+        if self.window is not None:
+            self.fallbacks += seq.fallbacks
+            self._window_samples.append(seq.sample(turn_index=len(self.turns) - 1))
+        return content
+
+    def cancel_prompt(self) -> None:
+        """Drop the open prompt (the episode ends before it is answered)."""
+        seq = self._take_pending()
+        if seq is self._full and self._snapshot is not None:
+            seq.restore(self._snapshot)
+
+    def samples(self) -> list[SampleIds]:
+        """Full history: one sample. Window: one sample per answered turn."""
+        if self._pending is not None:
+            self.cancel_prompt()
+        if self.window is not None:
+            return list(self._window_samples)
+        return [self._full.sample(turn_index=0)]
+
+    @property
+    def num_fallbacks(self) -> int:
+        return self._full.fallbacks if self.window is None else self.fallbacks
+
+    def _take_pending(self) -> _Sequence:
+        if self._pending is None:
+            raise RuntimeError("no open prompt: call next_prompt first")
+        seq, self._pending = self._pending, None
+        return seq

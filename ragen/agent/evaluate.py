@@ -1,0 +1,224 @@
+"""Evaluate any policy on validation seeds: ``evaluate(model, env, n=...) -> metrics``.
+
+``model`` may be
+
+* ``"oracle"`` / ``"random"`` -- the reference policies (``OraclePolicy``/``RandomPolicy``);
+* a path, hub id or ``.gguf`` file -- loaded with ``ragen.models.load_policy``;
+* a model name served by an OpenAI-compatible API when ``api_base`` is given;
+* an already-loaded causal LM (``torch.nn.Module``) together with ``tokenizer=``;
+* any :class:`~ragen.agent.policies.Policy`.
+
+Episodes start from the fixed validation seeds (``EnvStateManager.validation_seeds``,
+disjoint from training seeds): ``n // group_size`` groups of ``group_size`` episodes.
+With ``out_dir`` it writes ``trajectories.jsonl`` (one episode per line: every turn's
+observation, raw response, parsed thought/actions, executed actions, reward) and
+``metrics.json`` (metrics, generation stats and the exact settings).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from .env_manager import EnvStateManager
+from .metrics import episodes_of, rollout_metrics
+from .policies import ChatPolicy, ModelPolicy, OraclePolicy, Policy, RandomPolicy
+from .rollout import RolloutConfig, run_rollout
+from .trajectory import Trajectory
+
+REFERENCE_POLICIES = ("oracle", "random")
+
+
+def build_policy(
+    model: Any,
+    tokenizer: Any = None,
+    api_base: str | None = None,
+    device: Any = None,
+    dtype: Any = None,
+    epsilon: float = 0.0,
+    actions_per_turn: int = 1,
+    seed: int = 0,
+) -> Policy:
+    """Turn the ``model`` argument of :func:`evaluate` into a :class:`Policy`."""
+    if isinstance(model, Policy):
+        return model
+    if isinstance(model, str):
+        if api_base:
+            from ragen.engines.openai_api import OpenAIChatEngine
+
+            return ChatPolicy(OpenAIChatEngine(api_base, model), tokenizer)
+        if model == "oracle":
+            return OraclePolicy(actions_per_turn, epsilon, seed, tokenizer)
+        if model == "random":
+            return RandomPolicy(actions_per_turn, seed, tokenizer)
+        from ragen.models import load_policy
+
+        lm, tokenizer = load_policy(model, device=device, dtype=dtype)
+        model = lm
+    if tokenizer is None:
+        raise ValueError(
+            f"evaluate got a {type(model).__name__} without tokenizer=; pass the model's "
+            "tokenizer (or a path / 'oracle' / 'random' as model)"
+        )
+    from ragen.engines.hf import HFEngine
+
+    return ModelPolicy(HFEngine(model, tokenizer), tokenizer)
+
+
+@dataclass
+class EvalResult:
+    metrics: dict[str, float]
+    trajectories: list[Trajectory] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+def evaluate(
+    model: Any,
+    env: str | Callable[..., Any],
+    n: int = 256,
+    group_size: int = 1,
+    temperature: float = 0.5,
+    max_turns: int = 5,
+    **kwargs: Any,
+) -> dict[str, float]:
+    """Play ``n`` validation episodes; return :func:`rollout_metrics` plus generation stats.
+
+    Keyword arguments are those of :func:`run_evaluation`.
+
+    >>> evaluate("oracle", "sokoban", n=16)["success_rate"]
+    """
+    return run_evaluation(model, env, n, group_size, temperature, max_turns, **kwargs).metrics
+
+
+def run_evaluation(
+    model: Any,
+    env: str | Callable[..., Any],
+    n: int = 256,
+    group_size: int = 1,
+    temperature: float = 0.5,
+    max_turns: int = 5,
+    *,
+    tokenizer: Any = None,
+    env_config: dict[str, Any] | None = None,
+    out_dir: str | Path | None = None,
+    api_base: str | None = None,
+    config: RolloutConfig | None = None,
+    seed: int = 0,
+    seed_offset: int = 0,
+    batch_groups: int | None = None,
+    device: Any = None,
+    dtype: Any = None,
+    epsilon: float = 0.0,
+    actions_per_turn: int = 1,
+) -> EvalResult:
+    """:func:`evaluate` returning the trajectories and settings too.
+
+    ``config`` supplies the remaining rollout knobs (``temperature``, ``max_turns`` and
+    ``seed`` given here override it). ``seed_offset`` shifts the validation seeds.
+    ``batch_groups`` caps the groups played per rollout call (memory); default: all at
+    once. ``epsilon``/``actions_per_turn`` configure the reference policies.
+    """
+    if n < 1 or group_size < 1:
+        raise ValueError(f"n and group_size must be >= 1, got n={n}, group_size={group_size}")
+    if n % group_size:
+        raise ValueError(f"n ({n}) must be a multiple of group_size ({group_size})")
+    cfg = replace(
+        config or RolloutConfig(), temperature=temperature, max_turns=max_turns, seed=seed
+    )
+    cfg.validate()
+    policy = build_policy(
+        model, tokenizer, api_base, device, dtype, epsilon, actions_per_turn, seed
+    )
+    n_groups = n // group_size
+    chunk = min(n_groups, batch_groups or n_groups)
+    played: list[Trajectory] = []
+    stats: dict[str, float] = {}
+    tic = time.perf_counter()
+    for start in range(0, n_groups, chunk):
+        groups = min(chunk, n_groups - start)
+        manager = EnvStateManager(
+            env, env_config, env_groups=groups, group_size=group_size, seed=seed
+        )
+        seeds = manager.validation_seeds(groups, offset=seed_offset + start)
+        result = run_rollout(policy, manager, cfg, seeds)
+        for t in result.trajectories:  # ids unique across chunks
+            t.group_id += start
+            t.episode_id += start * group_size
+        played.extend(result.trajectories)
+        for k, v in result.stats.items():
+            stats[k] = stats.get(k, 0.0) + float(v)
+        manager.close()
+    metrics = rollout_metrics(played, group_size)
+    metrics["eval_seconds"] = time.perf_counter() - tic
+    if stats.get("generated_tokens", 0.0) > 0:  # only token policies generate
+        metrics["generated_tokens"] = stats["generated_tokens"]
+        metrics["tokens_per_s"] = stats["generated_tokens"] / max(stats["generation_seconds"], 1e-9)
+    metrics["context_fallbacks"] = stats.get("context_fallbacks", 0.0)
+    settings = {
+        "model": model if isinstance(model, str) else type(model).__name__,
+        "policy": policy.name,
+        "env": env if isinstance(env, str) else getattr(env, "__name__", repr(env)),
+        "env_config": dict(env_config or {}),
+        "n": n,
+        "group_size": group_size,
+        "api_base": api_base,
+        "rollout": asdict(cfg),
+    }
+    if out_dir is not None:
+        write_results(out_dir, played, metrics, settings)
+    return EvalResult(metrics, played, settings)
+
+
+def write_results(
+    out_dir: str | Path,
+    trajectories: list[Trajectory],
+    metrics: dict[str, float],
+    settings: dict[str, Any],
+) -> Path:
+    """``trajectories.jsonl`` (one episode per line) and ``metrics.json`` in ``out_dir``."""
+    out = Path(out_dir).expanduser()
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"{out} exists and is not a folder; choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "trajectories.jsonl", "w", encoding="utf-8") as f:
+        for samples in episodes_of(trajectories):
+            record = samples[0].to_json()
+            record.pop("turn_rewards", None)  # per sample; the episode's are in turns[*].reward
+            record.pop("turn_ends", None)
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    payload = {"metrics": metrics, "settings": settings}
+    (out / "metrics.json").write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    return out
+
+
+_TABLE_ROWS = [
+    ("success_rate", "success rate", "{:.1%}"),
+    ("reward_mean", "mean reward", "{:.3f}"),
+    ("reward_std", "reward std", "{:.3f}"),
+    ("pass_at_k", "pass@k ({k})", "{:.1%}"),
+    ("valid_action_rate", "valid action rate", "{:.1%}"),
+    ("effective_action_rate", "effective action rate", "{:.1%}"),
+    ("mean_turns", "mean turns", "{:.2f}"),
+    ("mean_actions", "mean actions", "{:.2f}"),
+    ("response_length", "response length (tokens)", "{:.1f}"),
+    ("format_error_rate", "format error rate", "{:.1%}"),
+    ("truncation_rate", "truncation rate", "{:.1%}"),
+    ("tokens_per_s", "generated tokens/s", "{:.1f}"),
+]
+
+
+def format_table(metrics: dict[str, float], title: str = "") -> str:
+    """A two-column text table of the main metrics (missing ones shown as ``-``)."""
+    k = int(metrics.get("group_size", 1))
+    rows = [
+        (label.format(k=k), fmt.format(metrics[key]) if key in metrics else "-")
+        for key, label, fmt in _TABLE_ROWS
+    ]
+    width = max(len(label) for label, _ in rows)
+    lines = [title] if title else []
+    lines += [f"{label:<{width}}  {value:>10}" for label, value in rows]
+    return "\n".join(lines)

@@ -1,0 +1,105 @@
+"""Rollout metrics shared by ``ragen eval`` and the trainer.
+
+Everything is computed per EPISODE: windowed samples (several per episode) are grouped
+by ``episode_id`` first, so a metric does not depend on the context policy.
+
+Keys (all floats):
+
+=======================  ==========================================================
+episodes                 number of episodes
+success_rate             fraction of episodes with ``success``
+reward_mean / _std       mean / population std of ``episode_reward`` (incl. format shaping)
+reward_min / _max        extremes of ``episode_reward``
+env_reward_mean          mean episode reward from the env alone (no format shaping)
+pass_at_k                fraction of groups (same ``group_id``) with at least one success
+group_size               k used by pass_at_k (given, or the mean group size found)
+group_reward_std         mean over groups of the in-group reward std (StarPO-S signal)
+valid_action_rate        valid actions / executed actions
+effective_action_rate    effective actions / executed actions
+mean_turns               turns per episode
+mean_actions             executed actions per episode
+response_length          sampled tokens per turn (episodes with token ids only)
+format_error_rate        badly formatted turns / turns
+truncation_rate          fraction of episodes ended by ``max_model_len``
+=======================  ==========================================================
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+
+from .trajectory import Trajectory
+
+
+def episodes_of(trajectories: Sequence[Trajectory]) -> list[list[Trajectory]]:
+    """Samples grouped by ``(group_id, episode_id)``, in first-seen order."""
+    by_key: dict[tuple[int, int], list[Trajectory]] = {}
+    for t in trajectories:
+        by_key.setdefault((t.group_id, t.episode_id), []).append(t)
+    return list(by_key.values())
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return float(sum(xs) / len(xs)) if xs else 0.0
+
+
+def _std(xs: Sequence[float]) -> float:
+    if len(xs) < 2:
+        return 0.0
+    m = _mean(xs)
+    return math.sqrt(sum((x - m) ** 2 for x in xs) / len(xs))
+
+
+def rollout_metrics(
+    trajectories: Sequence[Trajectory], group_size: int | None = None
+) -> dict[str, float]:
+    """The metrics table above for a rollout batch (empty input -> ``{"episodes": 0}``)."""
+    episodes = episodes_of(trajectories)
+    if not episodes:
+        return {"episodes": 0.0}
+    heads = [samples[0] for samples in episodes]  # episode-level facts live on every sample
+    rewards = [h.episode_reward for h in heads]
+    env_rewards = [sum(turn.env_reward for turn in h.turns) for h in heads]
+    n_actions = sum(h.num_actions for h in heads)
+    n_turns = sum(h.num_turns for h in heads)
+
+    groups: dict[int, list[Trajectory]] = defaultdict(list)
+    for h in heads:
+        groups[h.group_id].append(h)
+    if group_size is None:
+        group_size = round(_mean([len(g) for g in groups.values()]))
+
+    token_turns = [
+        (sum(s.num_response_tokens for s in samples), samples[0].num_turns)
+        for samples in episodes
+        if any(s.input_ids for s in samples)
+    ]
+    out = {
+        "episodes": float(len(heads)),
+        "success_rate": _mean([float(h.success) for h in heads]),
+        "reward_mean": _mean(rewards),
+        "reward_std": _std(rewards),
+        "reward_min": float(min(rewards)),
+        "reward_max": float(max(rewards)),
+        "env_reward_mean": _mean(env_rewards),
+        "pass_at_k": _mean([float(any(h.success for h in g)) for g in groups.values()]),
+        "group_size": float(group_size),
+        "group_reward_std": _mean([_std([h.episode_reward for h in g]) for g in groups.values()]),
+        "valid_action_rate": sum(h.num_valid_actions for h in heads) / n_actions
+        if n_actions
+        else 0.0,
+        "effective_action_rate": (
+            sum(h.num_effective_actions for h in heads) / n_actions if n_actions else 0.0
+        ),
+        "mean_turns": n_turns / len(heads),
+        "mean_actions": n_actions / len(heads),
+        "format_error_rate": sum(h.num_format_errors for h in heads) / n_turns if n_turns else 0.0,
+        "truncation_rate": _mean([float(h.truncated) for h in heads]),
+    }
+    if token_turns:
+        total_tokens = sum(n for n, _ in token_turns)
+        total_turns = sum(t for _, t in token_turns)
+        out["response_length"] = total_tokens / total_turns if total_turns else 0.0
+    return out

@@ -1,0 +1,199 @@
+"""Policies the rollout can run: a token model, a chat API, and two references.
+
+Every policy maps a batch of :class:`TurnRequest` (one per live environment) to one
+:class:`PolicyOutput` each, in ONE call per turn.
+
+* :class:`ModelPolicy` -- a token engine (``ragen.engines``): sampled ids + log-probs,
+  i.e. trainable trajectories.
+* :class:`ChatPolicy` -- an OpenAI-compatible chat engine: text only, for evaluation.
+* :class:`OraclePolicy` -- the env's solver (``env.oracle_action()``) written as a
+  well-formed ``<think>..</think><answer>..</answer>`` response; ``epsilon`` swaps
+  each action for a random one with that probability.
+* :class:`RandomPolicy` -- uniformly random actions (``env.random_action(rng)``).
+
+Text policies given a ``tokenizer`` are tokenized through the same context machinery
+as the model (their text is encoded and kept as the "sampled" ids, log-probs 0), so
+oracle rollouts are exact SFT samples in the multi-turn chat format the RL rollout uses.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+from ragen.engines.base import SamplingParams
+from ragen.envs.base import Env, derive_seed
+
+from .parsing import format_response
+
+
+@dataclass
+class TurnRequest:
+    """What a policy sees for one live environment in one turn."""
+
+    env: Env
+    messages: list[dict[str, str]]  # chat messages (system, ..., current user)
+    prompt_ids: list[int] | None = None  # token prompt (when the rollout has a tokenizer)
+    turn: int = 0
+    max_actions: int = 1  # actions this turn may execute (per-turn and trajectory budget)
+    think: bool = True
+    separator: str = "||"
+    rng_seed: int = 0  # reproducible per (rollout seed, episode, turn), batch-order free
+
+
+@dataclass
+class PolicyOutput:
+    text: str
+    token_ids: list[int] | None = None  # sampled ids (None: text policy, tokenize the text)
+    logprobs: list[float] | None = None  # per sampled id
+    finish_reason: str = "stop"  # "stop" | "eos" | "length"
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class Policy(ABC):
+    """``act(requests, params) -> outputs``, one output per request, same order."""
+
+    name: str = "policy"
+    tokenizer: Any = None  # set: the rollout builds token-exact samples
+    trainable: bool = False  # outputs carry sampled ids with generation log-probs
+
+    @abstractmethod
+    def act(self, requests: list[TurnRequest], params: SamplingParams) -> list[PolicyOutput]: ...
+
+
+class ModelPolicy(Policy):
+    """A token engine (``generate(prompt_ids, params) -> Generation``) and its tokenizer."""
+
+    name = "model"
+    trainable = True
+
+    def __init__(self, engine: Any, tokenizer: Any) -> None:
+        if tokenizer is None:
+            raise ValueError("ModelPolicy needs the model's tokenizer (for the chat template)")
+        self.engine, self.tokenizer = engine, tokenizer
+
+    def act(self, requests: list[TurnRequest], params: SamplingParams) -> list[PolicyOutput]:
+        prompts = []
+        for r in requests:
+            if r.prompt_ids is None:
+                raise ValueError("ModelPolicy needs prompt_ids; the rollout builds them")
+            prompts.append(r.prompt_ids)
+        generations = self.engine.generate(prompts, params)
+        if len(generations) != len(prompts):
+            raise RuntimeError(
+                f"engine returned {len(generations)} generations for {len(prompts)} prompts"
+            )
+        return [
+            PolicyOutput(
+                text=g.text,
+                token_ids=list(g.token_ids),
+                logprobs=list(g.logprobs),
+                finish_reason=g.finish_reason,
+            )
+            for g in generations
+        ]
+
+
+class ChatPolicy(Policy):
+    """An OpenAI-compatible chat engine (``chat(conversations, params) -> texts``)."""
+
+    name = "chat"
+
+    def __init__(self, chat_engine: Any, tokenizer: Any = None) -> None:
+        self.engine, self.tokenizer = chat_engine, tokenizer
+
+    def act(self, requests: list[TurnRequest], params: SamplingParams) -> list[PolicyOutput]:
+        texts = self.engine.chat([r.messages for r in requests], params)
+        if len(texts) != len(requests):
+            raise RuntimeError(f"chat engine returned {len(texts)} replies for {len(requests)}")
+        return [PolicyOutput(text=str(t)) for t in texts]
+
+
+class _ActionPolicy(Policy):
+    """Shared shape of the reference policies: pick actions, format a valid response."""
+
+    def __init__(self, actions_per_turn: int = 1, seed: int = 0, tokenizer: Any = None) -> None:
+        if actions_per_turn < 1:
+            raise ValueError(f"actions_per_turn must be >= 1, got {actions_per_turn}")
+        self.actions_per_turn, self.seed, self.tokenizer = int(actions_per_turn), seed, tokenizer
+
+    def act(self, requests: list[TurnRequest], params: SamplingParams) -> list[PolicyOutput]:
+        outputs = []
+        for r in requests:
+            rng = random.Random(derive_seed(self.name, self.seed, r.rng_seed))
+            n = max(1, min(self.actions_per_turn, r.max_actions))
+            actions = self.choose(r.env, n, rng)
+            text = format_response(actions, self.thought(actions), r.think, r.separator)
+            outputs.append(PolicyOutput(text=text, info={"actions": actions}))
+        return outputs
+
+    @abstractmethod
+    def choose(self, env: Env, n: int, rng: random.Random) -> list[str]: ...
+
+    def thought(self, actions: list[str]) -> str:
+        return ""
+
+
+def _random_action(env: Env, rng: random.Random) -> str:
+    try:
+        return env.random_action(rng)
+    except NotImplementedError:
+        raise ValueError(
+            f"environment {type(env).__name__} has no random_action(); "
+            "the random policy (and oracle epsilon) need one"
+        ) from None
+
+
+class RandomPolicy(_ActionPolicy):
+    """Uniformly random actions, ``actions_per_turn`` per turn."""
+
+    name = "random"
+
+    def choose(self, env: Env, n: int, rng: random.Random) -> list[str]:
+        return [_random_action(env, rng) for _ in range(n)]
+
+    def thought(self, actions: list[str]) -> str:
+        return "I pick an action at random."
+
+
+class OraclePolicy(_ActionPolicy):
+    """The env's solver, one action per turn by default.
+
+    ``actions_per_turn > 1`` plans several actions on a deep copy of the env (exact
+    for deterministic envs; for stochastic ones the plan assumes the simulated
+    outcomes). ``epsilon``: each action is replaced by a random one with that
+    probability (the plan continues from the state the random action leads to).
+    When the solver has no answer (``oracle_action() is None``) a random action is used.
+    """
+
+    name = "oracle"
+
+    def __init__(
+        self, actions_per_turn: int = 1, epsilon: float = 0.0, seed: int = 0, tokenizer: Any = None
+    ) -> None:
+        if not 0.0 <= epsilon <= 1.0:
+            raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
+        super().__init__(actions_per_turn, seed, tokenizer)
+        self.epsilon = float(epsilon)
+
+    def choose(self, env: Env, n: int, rng: random.Random) -> list[str]:
+        sim = env if n == 1 else copy.deepcopy(env)  # never step the real env
+        actions: list[str] = []
+        for k in range(n):
+            action = sim.oracle_action()
+            if action is None or (self.epsilon > 0 and rng.random() < self.epsilon):
+                action = _random_action(sim, rng)
+            actions.append(str(action))
+            if k + 1 < n:
+                _, _, done, _ = sim.step(action)
+                if done:
+                    break
+        return actions
+
+    def thought(self, actions: list[str]) -> str:
+        if len(actions) == 1:
+            return f"The best next action from this state is {actions[0]}."
+        return f"The best next actions from this state are {', '.join(actions)}."

@@ -1,0 +1,403 @@
+"""The rollout phase of StarPO: a batch of multi-turn episodes, one generation call per turn.
+
+    manager = EnvStateManager("sokoban", env_groups=8, group_size=16)
+    result = run_rollout(ModelPolicy(engine, tok), manager, RolloutConfig(), manager.seeds_for_step(0))
+    result.trajectories  # list[Trajectory], token-exact training samples
+    result.stats         # generated_tokens, tokens_per_s, ...
+
+Per turn, for every live environment: build the user message (turn number, state,
+previous reward, actions left), extend the token context (``ContextManager``), and end
+the episode as ``truncated`` if ``len(prompt) + max_new_tokens > max_model_len``. Then
+ONE ``policy.act`` call for all live environments. Each response is parsed strictly
+(``parse_response``); a malformed turn executes nothing and earns ``format_penalty``,
+a well-formed one earns ``format_reward`` plus the env rewards of its executed actions
+(at most ``max_actions_per_turn``, within ``max_actions_per_trajectory``). An episode
+ends when the env is done, the trajectory action budget is spent, the context is full,
+or after ``max_turns``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from ragen.engines.base import SamplingParams
+from ragen.envs.base import derive_seed
+
+from . import prompts
+from .context import ChatFormat, ContextManager, SampleIds
+from .env_manager import EnvStateManager
+from .parsing import ANSWER_CLOSE, parse_response
+from .policies import Policy, PolicyOutput, TurnRequest
+from .trajectory import Trajectory, TurnRecord
+
+
+@dataclass
+class RolloutConfig:
+    """Knobs of one rollout (defaults: RAGEN v1, DESIGN.md sec. 5)."""
+
+    max_turns: int = 5  # turns per episode
+    max_actions_per_turn: int = 5  # actions executed from one answer
+    max_actions_per_trajectory: int = 10  # actions per episode (the episode ends when spent)
+    max_new_tokens: int = 400  # generation budget per turn
+    max_model_len: int = 4096  # prompt + max_new_tokens must fit, else the episode truncates
+    think: bool = True  # <think>..</think><answer>..</answer> (False: <answer> only)
+    separator: str = "||"  # between actions inside <answer>
+    format_penalty: float = -0.1  # added to a badly formatted turn's reward
+    format_reward: float = 0.0  # added to a well-formed turn's reward
+    context_window: int | None = None  # None: full history; k: last k turns, one sample per turn
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = off
+    seed: int = 0  # sampling seed of this rollout (engine + text policies)
+    template_strategy: str = "auto"  # auto | delta | fixed_prefix (see ragen.agent.context)
+
+    def validate(self) -> None:
+        for name in (
+            "max_turns",
+            "max_actions_per_turn",
+            "max_actions_per_trajectory",
+            "max_new_tokens",
+            "max_model_len",
+        ):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"rollout {name} must be >= 1, got {getattr(self, name)}")
+        if self.max_new_tokens >= self.max_model_len:
+            raise ValueError(
+                f"max_new_tokens ({self.max_new_tokens}) must be below max_model_len "
+                f"({self.max_model_len}); lower max_new_tokens or raise max_model_len"
+            )
+        if self.context_window is not None and self.context_window < 0:
+            raise ValueError(f"context_window must be None or >= 0, got {self.context_window}")
+        if not self.separator or not self.separator.strip():
+            raise ValueError("separator must be a visible string such as '||'")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RolloutConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise KeyError(f"unknown rollout config key(s) {unknown}; known: {sorted(known)}")
+        return cls(**d)
+
+
+@dataclass
+class RolloutResult:
+    trajectories: list[Trajectory]
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class _Episode:
+    """Mutable per-environment state while the batch plays."""
+
+    index: int
+    group: int
+    seed: int
+    system: str
+    observation: str
+    ctx: ContextManager | None
+    messages: list[dict[str, str]] = field(default_factory=list)  # chat history (text)
+    turns: list[TurnRecord] = field(default_factory=list)
+    turn_rewards: list[float] = field(default_factory=list)
+    turn_token_counts: list[int] = field(default_factory=list)
+    done: bool = False
+    success: bool = False
+    truncated: bool = False
+    num_actions: int = 0
+    num_valid: int = 0
+    num_effective: int = 0
+    num_format_errors: int = 0
+
+
+def _chat_format(policy: Policy, strategy: str) -> ChatFormat | None:
+    """The policy's ChatFormat, cached on the policy (the template probe runs once)."""
+    if policy.tokenizer is None:
+        return None
+    cache = policy.__dict__.setdefault("_ragen_chat_formats", {})
+    if strategy not in cache:
+        eos = getattr(getattr(policy, "engine", None), "eos_token_ids", None)
+        cache[strategy] = ChatFormat(policy.tokenizer, strategy=strategy, eos_ids=eos)
+    return cache[strategy]
+
+
+def run_rollout(
+    policy: Policy, manager: EnvStateManager, config: RolloutConfig, seeds: list[int] | None = None
+) -> RolloutResult:
+    """Play one batch: ``manager.env_groups`` groups from ``seeds`` (default: the next
+    training seeds), ``manager.group_size`` episodes each, up to ``config.max_turns``."""
+    config.validate()
+    tic = time.perf_counter()
+    if seeds is None:
+        seeds = manager.next_train_seeds()
+    observations = manager.reset(seeds)
+    fmt = _chat_format(policy, config.template_strategy)
+    # the model's own context limit (when the engine knows it) caps the configured one
+    engine_limit = getattr(getattr(policy, "engine", None), "max_positions", None)
+    max_model_len = min(config.max_model_len, int(engine_limit or config.max_model_len))
+
+    episodes: list[_Episode] = []
+    for i, env in enumerate(manager.envs):
+        system = prompts.system_message(
+            env.instructions, config.think, config.separator, config.max_actions_per_turn
+        )
+        g = manager.group_of(i)
+        ctx = ContextManager(fmt, system, config.context_window) if fmt else None
+        episodes.append(_Episode(i, g, int(seeds[g]), system, observations[i], ctx))
+
+    stats = {"generated_tokens": 0.0, "generation_seconds": 0.0, "generate_calls": 0.0}
+    for turn in range(config.max_turns):
+        live, requests = [], []
+        for ep in episodes:
+            if ep.done:
+                continue
+            request = _open_turn(ep, manager, config, turn, max_model_len)
+            if request is not None:
+                live.append(ep)
+                requests.append(request)
+        if not requests:
+            break
+        params = SamplingParams(
+            temperature=config.temperature,
+            top_p=config.top_p,
+            top_k=config.top_k,
+            max_new_tokens=config.max_new_tokens,
+            stop_strings=[ANSWER_CLOSE],
+            seed=derive_seed("rollout", config.seed, turn, *seeds) % (2**31),
+        )
+        t0 = time.perf_counter()
+        outputs = policy.act(requests, params)
+        stats["generation_seconds"] += time.perf_counter() - t0
+        stats["generate_calls"] += 1
+        if len(outputs) != len(requests):
+            raise RuntimeError(f"policy returned {len(outputs)} outputs for {len(requests)}")
+        for ep, request, out in zip(live, requests, outputs):
+            n_tokens = _close_turn(ep, manager.envs[ep.index], request, out, config, fmt)
+            if out.token_ids is not None:
+                stats["generated_tokens"] += n_tokens
+
+    trajectories = [t for ep in episodes for t in _build_trajectories(ep, manager, policy)]
+    wall = time.perf_counter() - tic
+    stats.update(
+        tokens_per_s=stats["generated_tokens"] / max(stats["generation_seconds"], 1e-9),
+        rollout_seconds=wall,
+        rollout_tokens_per_s=stats["generated_tokens"] / max(wall, 1e-9),
+        episodes=float(len(episodes)),
+        samples=float(len(trajectories)),
+        truncated_episodes=float(sum(ep.truncated for ep in episodes)),
+        context_fallbacks=float(sum(ep.ctx.num_fallbacks for ep in episodes if ep.ctx)),
+        context_inexact=float(sum(not t.context_exact for t in trajectories if t.input_ids)),
+    )
+    return RolloutResult(trajectories, stats)
+
+
+# -- one turn ------------------------------------------------------------------------
+def _actions_left(ep: _Episode, config: RolloutConfig) -> int:
+    return config.max_actions_per_trajectory - ep.num_actions
+
+
+def _open_turn(
+    ep: _Episode, manager: EnvStateManager, config: RolloutConfig, turn: int, max_model_len: int
+) -> TurnRequest | None:
+    """Build turn ``turn``'s prompt; None (episode over, truncated) when it does not fit."""
+    left = _actions_left(ep, config)
+    prev = ep.turn_rewards[-1] if ep.turn_rewards else None
+    user = prompts.user_message(
+        turn, ep.observation, left, config.max_actions_per_turn, prev, config.think
+    )
+    prompt_ids = None
+    if ep.ctx is not None:
+        prompt_ids = ep.ctx.next_prompt(user)
+        if len(prompt_ids) + config.max_new_tokens > max_model_len:
+            ep.ctx.cancel_prompt()
+            ep.done = ep.truncated = True
+            return None
+    history = ep.messages
+    if config.context_window is not None:  # text history follows the same window
+        keep = 2 * config.context_window
+        history = history[max(0, len(history) - keep) :] if keep else []
+    messages = [{"role": "system", "content": ep.system}, *history]
+    messages.append({"role": "user", "content": user})
+    ep.messages.append({"role": "user", "content": user})
+    member = ep.index % manager.group_size
+    return TurnRequest(
+        env=manager.envs[ep.index],
+        messages=messages,
+        prompt_ids=prompt_ids,
+        turn=turn,
+        max_actions=min(config.max_actions_per_turn, left),
+        think=config.think,
+        separator=config.separator,
+        rng_seed=derive_seed("policy", config.seed, ep.seed, member, turn),
+    )
+
+
+def _close_turn(
+    ep: _Episode,
+    env: Any,
+    request: TurnRequest,
+    out: PolicyOutput,
+    config: RolloutConfig,
+    fmt: ChatFormat | None,
+) -> int:
+    """Record the response, execute its actions, score the turn. Returns #response ids."""
+    observation = ep.observation  # the state this turn answered
+    text = out.text if isinstance(out.text, str) else str(out.text)
+    n_tokens = 0
+    if ep.ctx is not None and fmt is not None:
+        ids = out.token_ids if out.token_ids is not None else fmt.encode(text)
+        text = ep.ctx.add_response(ids, out.logprobs, ended_by_eos=out.finish_reason == "eos")
+        n_tokens = len(ids)
+    ep.messages.append({"role": "assistant", "content": text})
+
+    parsed = parse_response(_cut_at_stop(text, out.finish_reason), config.think, config.separator)
+    budget = min(config.max_actions_per_turn, _actions_left(ep, config))
+    executed = parsed.actions[:budget] if parsed.format_ok else []
+    env_reward, valid, effective = 0.0, [], []
+    done = False
+    for action in executed:
+        obs, reward, done, info = _safe_step(env, action)
+        ep.observation = obs
+        env_reward += reward
+        valid.append(bool(info.get("action_is_valid", False)))
+        effective.append(bool(info.get("action_is_effective", False)))
+        ep.success = ep.success or bool(info.get("success", False))
+        if done:
+            break
+    executed = executed[: len(valid)]
+    ep.num_actions += len(executed)
+    ep.num_valid += sum(valid)
+    ep.num_effective += sum(effective)
+    if not parsed.format_ok:
+        ep.num_format_errors += 1
+    shaping = config.format_reward if parsed.format_ok else config.format_penalty
+    reward = env_reward + shaping
+    ep.turn_rewards.append(reward)
+    ep.turn_token_counts.append(n_tokens)
+    ep.done = (
+        bool(done)
+        or _actions_left(ep, config) <= 0
+        or bool(getattr(env, "done", False))
+        or bool(getattr(env, "single_turn", False))  # one response ends the episode
+    )
+    ep.turns.append(
+        TurnRecord(
+            observation=observation,
+            response=text,
+            thought=parsed.thought,
+            actions=parsed.actions,
+            executed_actions=executed,
+            env_reward=env_reward,
+            format_ok=parsed.format_ok,
+            reward=reward,
+            done=ep.done,
+            prompt=request.messages[-1]["content"],
+            info={
+                "format_error": parsed.error,
+                "action_is_valid": valid,
+                "action_is_effective": effective,
+                "finish_reason": out.finish_reason,
+                "num_tokens": n_tokens,
+            },
+        )
+    )
+    return n_tokens
+
+
+def _cut_at_stop(text: str, finish_reason: str) -> str:
+    """Drop what trails the first ``</answer>`` when generation stopped there.
+
+    The engine stops at the token that completes the stop string; that token may carry
+    a few more characters (e.g. ``"</answer>\\n"``) which are not the policy's choice.
+    """
+    if finish_reason == "stop" and ANSWER_CLOSE in text:
+        return text[: text.index(ANSWER_CLOSE) + len(ANSWER_CLOSE)]
+    return text
+
+
+_REJECTED = (ValueError, KeyError, IndexError, TypeError)
+
+
+def _safe_step(env: Any, action: str) -> tuple[str, float, bool, dict[str, Any]]:
+    """``env.step`` that turns an env's rejection (an exception) into an invalid action."""
+    try:
+        return env.step(action)
+    except _REJECTED as err:  # the contract says envs never raise; be robust anyway
+        obs = env.render("text")
+        return (
+            obs,
+            0.0,
+            bool(getattr(env, "done", False)),
+            {
+                "action_is_valid": False,
+                "action_is_effective": False,
+                "success": False,
+                "error": f"{type(err).__name__}: {err}",
+            },
+        )
+
+
+# -- trajectories ----------------------------------------------------------------------
+def _build_trajectories(ep: _Episode, manager: EnvStateManager, policy: Policy) -> list[Trajectory]:
+    env = manager.envs[ep.index]
+    ep.success = ep.success or bool(getattr(env, "success", False))
+    facts = dict(
+        env_name=manager.env_name,
+        seed=ep.seed,
+        group_id=ep.group,
+        episode_id=ep.index,
+        episode_reward=float(sum(ep.turn_rewards)),
+        success=ep.success,
+        num_turns=len(ep.turns),
+        num_actions=ep.num_actions,
+        num_valid_actions=ep.num_valid,
+        num_effective_actions=ep.num_effective,
+        num_format_errors=ep.num_format_errors,
+        truncated=ep.truncated,
+        turns=ep.turns,
+        source=policy.name,
+    )
+    if ep.ctx is None:  # text-only policy: records, no ids
+        return [Trajectory([], [], [], [], list(ep.turn_rewards), **facts)]
+    out = []
+    for s in ep.ctx.samples():
+        if ep.ctx.window is None:
+            rewards = _align_rewards(ep.turn_rewards, ep.turn_token_counts)
+        else:
+            has_ids = bool(s.turn_ends)
+            rewards = [ep.turn_rewards[s.turn_index]] if has_ids else []
+        out.append(_trajectory(s, rewards, facts))
+    return out
+
+
+def _trajectory(s: SampleIds, rewards: list[float], facts: dict[str, Any]) -> Trajectory:
+    return Trajectory(
+        input_ids=s.input_ids,
+        response_mask=s.response_mask,
+        gen_logprobs=s.gen_logprobs,
+        turn_ends=s.turn_ends,
+        turn_rewards=rewards,
+        turn_index=s.turn_index,
+        context_exact=s.exact,
+        **facts,
+    )
+
+
+def _align_rewards(rewards: list[float], token_counts: list[int]) -> list[float]:
+    """One reward per ``turn_ends`` entry: a turn with no response ids has no end token,
+    so its reward joins the previous turn's (or, for leading empty turns, the next one's).
+    The sum is preserved whenever at least one turn has ids."""
+    aligned: list[float] = []
+    carry = 0.0
+    for r, n in zip(rewards, token_counts):
+        if n > 0:
+            aligned.append(r + carry)
+            carry = 0.0
+        elif aligned:
+            aligned[-1] += r
+        else:
+            carry += r
+    return aligned
