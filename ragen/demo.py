@@ -1,0 +1,269 @@
+"""``make demo``: an agent built from nothing learns to solve environments on a CPU.
+
+Stages (each can be re-run alone with ``--stage``; results accumulate in
+``<out>/results.json``):
+
+    tiny     build the tiny tokenizer + Qwen2-style model (offline, seeded)
+    sft      warm start per env: SFT on noisy expert (solver) trajectories
+    rl       StarPO-S training per env, starting from the warm start
+    eval     held-out validation seeds: random, oracle, warm start, after RL
+    report   table (results.md) and learning curves (curves.png)
+
+    python -m ragen.demo                       # everything, ~15 min on 2 CPU cores
+    python -m ragen.demo --stage rl --env sokoban
+    python -m ragen.demo --budget toy          # seconds; what the end-to-end test runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_ENVS = ("bandit", "frozen_lake", "sokoban")
+STAGES = ("tiny", "sft", "rl", "eval", "report")
+
+
+@dataclass
+class Budget:
+    """How much work each stage does. ``full`` is what ``make demo`` runs."""
+
+    tiny_size: str = "micro"
+    sft_episodes: int = 384
+    sft_epochs: int = 2
+    sft_epsilon: float = 0.25  # noisy expert: teaches the format, leaves the policy to RL
+    rl_steps: dict[str, int] = field(
+        default_factory=lambda: {"bandit": 15, "frozen_lake": 20, "sokoban": 20}
+    )
+    env_groups: int = 8
+    group_size: int = 8
+    val_groups: int = 32
+    eval_episodes: int = 128
+    max_new_tokens: int = 48  # per turn, in training and evaluation alike
+    extra: list[str] = field(default_factory=list)  # more `ragen train` overrides
+
+
+BUDGETS = {
+    "full": Budget(),
+    "toy": Budget(
+        tiny_size="nano",
+        sft_episodes=16,
+        sft_epochs=1,
+        rl_steps={"bandit": 2, "frozen_lake": 2, "sokoban": 2},
+        env_groups=2,
+        group_size=2,
+        val_groups=2,
+        eval_episodes=4,
+        max_new_tokens=16,
+        extra=["algo.ppo_mini_batch_size=2"],
+    ),
+}
+
+# Per-env RL settings: actions per turn match the warm start's expert.
+ENV_RL = {
+    "bandit": ["env=bandit"],
+    "frozen_lake": ["env=frozen_lake", "rollout.max_turns=5", "rollout.max_actions_per_turn=2"],
+    "sokoban": ["env=sokoban", "rollout.max_turns=5", "rollout.max_actions_per_turn=2"],
+}
+ENV_SFT = {  # (max_turns, expert actions per turn)
+    "bandit": (1, 1),
+    "frozen_lake": (5, 2),
+    "sokoban": (5, 2),
+}
+
+
+class Demo:
+    def __init__(self, out: Path, budget: Budget, envs: list[str], seed: int = 0):
+        self.out, self.budget, self.envs, self.seed = out, budget, envs, seed
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.results_path = out / "results.json"
+        self.results = (
+            json.loads(self.results_path.read_text()) if self.results_path.exists() else {}
+        )
+
+    # -- helpers ---------------------------------------------------------------------
+    def log(self, msg: str) -> None:
+        print(f"[demo {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+    def save_results(self) -> None:
+        self.results_path.write_text(json.dumps(self.results, indent=2, sort_keys=True))
+
+    @property
+    def tiny_dir(self) -> Path:
+        return self.out / "tiny"
+
+    def sft_dir(self, env: str) -> Path:
+        return self.out / env / "sft"
+
+    def rl_dir(self, env: str) -> Path:
+        return self.out / env / "rl"
+
+    def final_actor(self, env: str) -> Path | None:
+        ckpts = sorted((self.rl_dir(env) / "checkpoints").glob("step_*[0-9]"))
+        return ckpts[-1] / "actor" if ckpts else None
+
+    def _require(self, path: Path, stage: str) -> None:
+        if not path.exists():
+            raise FileNotFoundError(
+                f"{path} is missing; run the '{stage}' stage first (python -m ragen.demo --stage {stage})"
+            )
+
+    # -- stages ----------------------------------------------------------------------
+    def stage_tiny(self) -> None:
+        from ragen.models.tiny import create_tiny
+
+        self.log(f"building the tiny model ({self.budget.tiny_size}) in {self.tiny_dir}")
+        create_tiny(self.tiny_dir, size=self.budget.tiny_size, seed=self.seed)
+
+    def stage_sft(self, env: str) -> None:
+        from ragen.sft.trainer import SFTConfig, run_sft
+
+        self._require(self.tiny_dir / "config.json", "tiny")
+        max_turns, per_turn = ENV_SFT[env]
+        cfg = SFTConfig(
+            env=env,
+            episodes=self.budget.sft_episodes,
+            epsilon=self.budget.sft_epsilon,
+            epochs=self.budget.sft_epochs,
+            actions_per_turn=per_turn,
+            max_turns=max_turns,
+            max_actions_per_turn=max(per_turn, 1),
+            seed=self.seed,
+        )
+        self.log(
+            f"[{env}] SFT warm start on {cfg.episodes} noisy expert episodes (epsilon={cfg.epsilon})"
+        )
+        run_sft(str(self.tiny_dir), self.sft_dir(env), cfg, log=self.log)
+
+    def stage_rl(self, env: str) -> None:
+        import shutil
+
+        from ragen.trainer.config import load_config
+        from ragen.trainer.starpo import StarPOTrainer
+
+        self._require(self.sft_dir(env) / "config.json", "sft")
+        if self.rl_dir(env).exists():
+            shutil.rmtree(self.rl_dir(env))  # a re-run of this stage starts over
+        b = self.budget
+        steps = b.rl_steps[env]
+        overrides = [
+            *ENV_RL[env],
+            "algo=starpo-s",
+            "model=tiny",
+            f"model.path={self.sft_dir(env)}",
+            f"rollout.env_groups={b.env_groups}",
+            f"rollout.group_size={b.group_size}",
+            f"algo.ppo_mini_batch_size={max(1, (b.env_groups * b.group_size) // 4)}",
+            f"trainer.total_steps={steps}",
+            f"trainer.val_every={max(1, steps // 4)}",
+            f"trainer.val_groups={b.val_groups}",
+            f"trainer.save_every={steps}",
+            f"trainer.run_dir={self.rl_dir(env)}",
+            f"trainer.seed={self.seed}",
+            f"rollout.max_new_tokens={b.max_new_tokens}",
+            *b.extra,
+        ]
+        self.log(f"[{env}] StarPO-S: {steps} steps of {b.env_groups}x{b.group_size} rollouts")
+        StarPOTrainer(load_config(overrides)).train()
+
+    def stage_eval(self, env: str) -> None:
+        from ragen.agent.evaluate import evaluate
+        from ragen.agent.rollout import RolloutConfig
+
+        n = self.budget.eval_episodes
+        max_turns, per_turn = ENV_SFT[env]
+        # the same limits the agent trained under
+        rollout = RolloutConfig(
+            max_new_tokens=self.budget.max_new_tokens,
+            max_model_len=2048,
+            max_actions_per_turn=max(per_turn, 1),
+        )
+        common = dict(
+            env=env, n=n, temperature=0.5, max_turns=max_turns, seed=self.seed, config=rollout
+        )
+        rows = self.results.setdefault(env, {})
+        policies = {"random": "random", "oracle": "oracle"}
+        if self.sft_dir(env).exists():
+            policies["warm start (SFT)"] = str(self.sft_dir(env))
+        actor = self.final_actor(env)
+        if actor is not None:
+            policies["after RL (StarPO-S)"] = str(actor)
+        for name, model in policies.items():
+            extra = {}
+            if name in ("random", "oracle"):
+                extra["actions_per_turn"] = ENV_SFT[env][1]
+            metrics = evaluate(model, batch_groups=64, **common, **extra)
+            rows[name] = {
+                k: metrics[k]
+                for k in ("success_rate", "reward_mean", "format_error_rate", "valid_action_rate")
+                if k in metrics
+            }
+            self.log(
+                f"[{env}] {name:>20}: success {metrics['success_rate']:.1%} reward {metrics['reward_mean']:+.3f}"
+            )
+        self.save_results()
+
+    def stage_report(self) -> None:
+        from ragen.viz.report import write_demo_report
+
+        path = write_demo_report(
+            self.out, self.results, self.envs, {env: self.rl_dir(env) for env in self.envs}
+        )
+        self.log(f"report: {path}")
+        print((self.out / "results.md").read_text())
+
+    def run(self, stages: list[str]) -> None:
+        tic = time.perf_counter()
+        for stage in stages:
+            if stage == "tiny":
+                self.stage_tiny()
+            elif stage == "report":
+                self.stage_report()
+            else:
+                for env in self.envs:
+                    getattr(self, f"stage_{stage}")(env)
+            self.log(f"stage {stage} done ({time.perf_counter() - tic:.0f}s elapsed)")
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m ragen.demo", description=__doc__.split("\n\n")[0])
+    _add_args(p)
+    return p.parse_args(argv)
+
+
+def _add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", default="runs/demo", help="demo folder")
+    p.add_argument(
+        "--stage", choices=STAGES, action="append", help="run only these stages (repeatable)"
+    )
+    p.add_argument("--env", action="append", choices=DEFAULT_ENVS, help="only these environments")
+    p.add_argument("--budget", choices=sorted(BUDGETS), default="full")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    torch.manual_seed(args.seed)
+    demo = Demo(Path(args.out), BUDGETS[args.budget], args.env or list(DEFAULT_ENVS), args.seed)
+    demo.run(args.stage or list(STAGES))
+    return 0
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "demo", help="the end-to-end CPU demo (tiny model -> SFT -> StarPO-S -> eval)"
+    )
+    _add_args(p)
+    p.set_defaults(func=run)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(_parse(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Supervised warm start from solver trajectories."""

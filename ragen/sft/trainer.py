@@ -1,0 +1,230 @@
+"""Supervised warm start on expert trajectories (``ragen sft``).
+
+The data are oracle rollouts tokenized by the SAME context machinery as RL rollouts
+(same system prompt, same per-turn user messages, same ``<think>/<answer>`` format), so
+the loss mask is exactly the assistant tokens, as in RL:
+
+    loss = - sum_{t : response_mask_t = 1} log p(x_t | x_<t) / sum_t response_mask_t
+
+(token-mean over the whole batch). Full fine-tuning or LoRA (PEFT); the output is an
+HF-format model folder that ``ragen train model=PATH`` and ``ragen eval --model PATH`` load.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from ragen.agent.trajectory import Trajectory
+from ragen.trainer.batching import collate, token_budget_micro_batches
+
+
+@dataclass
+class SFTConfig:
+    env: str = "sokoban"
+    env_config: dict = field(default_factory=dict)
+    episodes: int = 512  # expert episodes generated
+    epsilon: float = 0.0  # fraction of expert actions replaced by random valid ones
+    actions_per_turn: int = 1  # expert actions per response (<= max_actions_per_turn)
+    seed: int = 0
+    epochs: int = 2
+    batch_size: int = 32  # sequences per optimizer step
+    micro_token_budget: int = 16384
+    lr: float = 5e-4
+    weight_decay: float = 0.0
+    lora_rank: int = 0  # 0 = full fine-tuning
+    lora_alpha: int = 16
+    max_turns: int = 5
+    max_actions_per_turn: int = 5
+    max_actions_per_trajectory: int = 10
+    think: bool = True
+    only_successful: bool = False  # keep only episodes the (noisy) expert solved
+
+
+def make_expert_data(tokenizer, cfg: SFTConfig) -> list[Trajectory]:
+    """Oracle rollouts (with ``epsilon`` noise) on training seeds, as token-exact samples."""
+    from ragen.agent.env_manager import EnvStateManager
+    from ragen.agent.policies import OraclePolicy
+    from ragen.agent.rollout import RolloutConfig, run_rollout
+
+    manager = EnvStateManager(
+        cfg.env, dict(cfg.env_config), env_groups=cfg.episodes, group_size=1, seed=cfg.seed
+    )
+    rollout_cfg = RolloutConfig(
+        max_turns=cfg.max_turns,
+        max_actions_per_turn=cfg.max_actions_per_turn,
+        max_actions_per_trajectory=cfg.max_actions_per_trajectory,
+        think=cfg.think,
+        seed=cfg.seed,
+    )
+    policy = OraclePolicy(
+        actions_per_turn=cfg.actions_per_turn,
+        epsilon=cfg.epsilon,
+        seed=cfg.seed,
+        tokenizer=tokenizer,
+    )
+    # SFT seeds come from the far end of the training range (never the validation range).
+    seeds = manager.seeds_for_step(10_000_000)
+    result = run_rollout(policy, manager, rollout_cfg, seeds)
+    data = result.trajectories
+    if cfg.only_successful:
+        data = [t for t in data if t.success]
+    if not data:
+        raise RuntimeError(f"no expert trajectories for env {cfg.env!r}; try only_successful=false")
+    return data
+
+
+def sft_loss(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed negative log-likelihood over response tokens and their count.
+
+    batch tensors are (B, T); logits at t predict token t + 1, so the target mask is
+    ``response_mask[:, 1:]``.
+    """
+    logits = model(
+        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False
+    ).logits
+    logits = logits[:, :-1].float()
+    targets = batch["input_ids"][:, 1:]
+    mask = batch["response_mask"][:, 1:]
+    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
+    return (nll * mask).sum(), mask.sum()
+
+
+def train_sft(model, tokenizer, data: list[Trajectory], cfg: SFTConfig, log=print) -> list[dict]:
+    """Train ``model`` in place on ``data``; returns per-step metrics."""
+    device = next(model.parameters()).device
+    pad_id = (
+        tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    )
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    rng = random.Random(cfg.seed)
+    order = list(range(len(data)))
+    steps_per_epoch = math.ceil(len(data) / cfg.batch_size)
+    total = steps_per_epoch * cfg.epochs
+    # cosine decay keeps the last epochs from undoing the format the first ones learned
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda s: 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(s, total) / max(total, 1))),
+    )
+    history = []
+    model.train()
+    step = 0
+    tic = time.perf_counter()
+    for epoch in range(cfg.epochs):
+        rng.shuffle(order)
+        for start in range(0, len(order), cfg.batch_size):
+            rows = [data[i] for i in order[start : start + cfg.batch_size]]
+            batch = collate(rows, pad_id)
+            lengths = batch["lengths"].tolist()
+            total_tokens = float(batch["response_mask"].sum())
+            loss_sum = 0.0
+            for mb in token_budget_micro_batches(lengths, cfg.micro_token_budget):
+                idx = torch.tensor(mb)
+                L = max(lengths[i] for i in mb)
+                sl = {
+                    k: batch[k][idx, :L].to(device)
+                    for k in ("input_ids", "attention_mask", "response_mask")
+                }
+                nll, _ = sft_loss(model, sl)
+                (nll / total_tokens).backward()
+                loss_sum += float(nll.detach())
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, 1.0))
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            sched.step()
+            step += 1
+            record = {
+                "step": step,
+                "epoch": epoch,
+                "loss": loss_sum / max(total_tokens, 1.0),
+                "grad_norm": grad_norm,
+                "lr": sched.get_last_lr()[0],
+                "elapsed_s": time.perf_counter() - tic,
+            }
+            history.append(record)
+            if step == 1 or step % 10 == 0 or step == total:
+                log(
+                    f"sft step {step}/{total} epoch {epoch} loss {record['loss']:.4f} ({record['elapsed_s']:.0f}s)"
+                )
+    model.eval()
+    return history
+
+
+def run_sft(base_model: str, out_dir: str | Path, cfg: SFTConfig, log=print) -> Path:
+    """Generate expert data, fine-tune ``base_model`` and save the result to ``out_dir``."""
+    from ragen.models import load_policy
+    from ragen.trainer.setup import resolve_model_path
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = resolve_model_path(base_model)
+    model, tokenizer = load_policy(path, dtype=torch.float32)
+    torch.manual_seed(cfg.seed)
+    log(f"generating {cfg.episodes} expert episodes on {cfg.env} (epsilon={cfg.epsilon})")
+    data = make_expert_data(tokenizer, cfg)
+    success = sum(t.success for t in data) / len(data)
+    log(
+        f"expert data: {len(data)} samples, expert success {success:.2%}, "
+        f"{sum(t.num_response_tokens for t in data)} assistant tokens"
+    )
+    if cfg.lora_rank > 0:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(
+            model,
+            LoraConfig(
+                r=cfg.lora_rank,
+                lora_alpha=cfg.lora_alpha,
+                task_type="CAUSAL_LM",
+                target_modules=[
+                    "q_proj",
+                    "k_proj",
+                    "v_proj",
+                    "o_proj",
+                    "gate_proj",
+                    "up_proj",
+                    "down_proj",
+                ],
+            ),
+        )
+    history = train_sft(model, tokenizer, data, cfg, log=log)
+    if cfg.lora_rank > 0:
+        model.save_pretrained(out / "adapter")  # the adapter alone, for `ragen sft merge`
+        model = model.merge_and_unload()
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    (out / "sft_config.json").write_text(
+        json.dumps({"base_model": base_model, **asdict(cfg)}, indent=2)
+    )
+    with open(out / "sft_metrics.jsonl", "w") as f:
+        for rec in history:
+            f.write(json.dumps(rec) + "\n")
+    log(f"saved SFT model to {out}")
+    return out
+
+
+def merge_adapter(base_model: str, adapter_dir: str | Path, out_dir: str | Path) -> Path:
+    """Fold a LoRA adapter into its base model and save a plain HF model."""
+    from peft import PeftModel
+
+    from ragen.models import load_policy
+    from ragen.trainer.setup import resolve_model_path
+
+    adapter_dir = Path(adapter_dir)
+    if not (adapter_dir / "adapter_config.json").exists():
+        raise FileNotFoundError(
+            f"{adapter_dir} has no adapter_config.json; pass the folder `ragen sft` wrote as <out>/adapter"
+        )
+    model, tokenizer = load_policy(resolve_model_path(base_model), dtype=torch.float32)
+    merged = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
+    out = Path(out_dir)
+    merged.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    return out
