@@ -69,6 +69,7 @@ def main() -> None:
                         f"rollout.env_groups={groups}",
                         f"rollout.group_size={size}",
                         f"rollout.max_new_tokens={budget.max_new_tokens}",
+                        f"rollout.prompt_style={budget.prompt_style}",
                         # same number of optimizer steps per training step for every algorithm
                         f"algo.ppo_mini_batch_size={max(1, kept)}",
                         f"trainer.total_steps={args.steps}",

@@ -43,6 +43,10 @@ class Budget:
     val_groups: int = 32
     eval_episodes: int = 128
     max_new_tokens: int = 48  # per turn, in training and evaluation alike
+    # the tiny model cannot read rules; the compact prompt halves every sequence
+    prompt_style: str = "compact"
+    sft_lr: float = 2e-3  # a model trained from scratch needs large steps
+    sft_batch_size: int = 16
     extra: list[str] = field(default_factory=list)  # more `ragen train` overrides
 
 
@@ -132,6 +136,9 @@ class Demo:
             max_turns=max_turns,
             max_actions_per_turn=max(per_turn, 1),
             seed=self.seed,
+            prompt_style=self.budget.prompt_style,
+            lr=self.budget.sft_lr,
+            batch_size=self.budget.sft_batch_size,
         )
         self.log(
             f"[{env}] SFT warm start on {cfg.episodes} noisy expert episodes (epsilon={cfg.epsilon})"
@@ -164,6 +171,7 @@ class Demo:
             f"trainer.run_dir={self.rl_dir(env)}",
             f"trainer.seed={self.seed}",
             f"rollout.max_new_tokens={b.max_new_tokens}",
+            f"rollout.prompt_style={b.prompt_style}",
             *b.extra,
         ]
         self.log(f"[{env}] StarPO-S: {steps} steps of {b.env_groups}x{b.group_size} rollouts")
@@ -180,6 +188,7 @@ class Demo:
             max_new_tokens=self.budget.max_new_tokens,
             max_model_len=2048,
             max_actions_per_turn=max(per_turn, 1),
+            prompt_style=self.budget.prompt_style,
         )
         common = dict(
             env=env, n=n, temperature=0.5, max_turns=max_turns, seed=self.seed, config=rollout

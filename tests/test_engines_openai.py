@@ -167,7 +167,7 @@ def test_connection_refused_is_one_clear_error():
         port = sock.getsockname()[1]
     engine = OpenAIChatEngine(f"http://127.0.0.1:{port}", "m", max_retries=3, backoff_s=5)
     start = time.perf_counter()
-    with pytest.raises(RuntimeError, match=f"cannot reach http://127.0.0.1:{port}/v1.*base-url"):
+    with pytest.raises(RuntimeError, match=f"cannot reach http://127.0.0.1:{port}/v1.*api-base"):
         engine.chat([_conv("a")], SamplingParams())
     assert time.perf_counter() - start < 2  # not retried with backoff
 

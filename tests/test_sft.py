@@ -13,7 +13,9 @@ def _load(path):
 
 def test_expert_data_masks_exactly_the_assistant_tokens(tiny_model_dir):
     model, tok = _load(tiny_model_dir)
-    data = make_expert_data(tok, SFTConfig(env="sokoban", episodes=4, actions_per_turn=2, max_actions_per_turn=2))
+    data = make_expert_data(
+        tok, SFTConfig(env="sokoban", episodes=4, actions_per_turn=2, max_actions_per_turn=2)
+    )
     assert len(data) == 4
     for traj in data:
         ids = traj.input_ids
@@ -44,7 +46,9 @@ def test_sft_loss_ignores_prompt_tokens(tiny_model_dir):
 
 
 def test_sft_learns_and_lora_merges(tiny_model_dir, tmp_path):
-    cfg = SFTConfig(env="bandit", episodes=16, epochs=2, batch_size=8, lr=3e-3, max_turns=1, lora_rank=4)
+    cfg = SFTConfig(
+        env="bandit", episodes=16, epochs=2, batch_size=8, lr=3e-3, max_turns=1, lora_rank=4
+    )
     out = run_sft(tiny_model_dir, tmp_path / "sft", cfg, log=lambda *_: None)
     lines = (out / "sft_metrics.jsonl").read_text().splitlines()
     import json

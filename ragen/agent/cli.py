@@ -65,6 +65,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--no-think", action="store_true", help="answer-only format (no <think>)")
     p.add_argument("--separator", default="||", help="action separator inside <answer>")
+    p.add_argument(
+        "--prompt-style",
+        choices=["full", "compact"],
+        default="full",
+        help="full: env rules in the system prompt; compact: actions + format only "
+        "(use what the model was trained with)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--seed-offset", type=int, default=0, help="shift the validation seeds")
     p.add_argument(
@@ -109,6 +116,7 @@ def run_eval(args: argparse.Namespace) -> int:
         max_model_len=args.max_model_len,
         think=not args.no_think,
         separator=args.separator,
+        prompt_style=args.prompt_style,
         context_window=args.context_window,
         top_p=args.top_p,
         top_k=args.top_k,

@@ -12,11 +12,24 @@ User message of turn t (0-based)::
 
 Kept deliberately plain: the wording is part of the training distribution, so it
 changes only together with a version bump in ``PROMPT_VERSION``.
+
+Two styles:
+
+* ``full`` (default): the environment's whole ``instructions`` (rules, legend, actions).
+* ``compact``: only the action vocabulary and the response format, and a shorter user
+  message. For small models trained from scratch, which cannot read the rules anyway:
+  it cuts the prompt (and so the cost of every rollout and update) by about half.
 """
 
 from __future__ import annotations
 
 PROMPT_VERSION = 1
+PROMPT_STYLES = ("full", "compact")
+
+
+def _check_style(style: str) -> None:
+    if style not in PROMPT_STYLES:
+        raise ValueError(f"unknown prompt style {style!r}; use one of {', '.join(PROMPT_STYLES)}")
 
 
 def format_instructions(
@@ -43,9 +56,22 @@ def format_instructions(
 
 
 def system_message(
-    instructions: str, think: bool = True, separator: str = "||", max_actions_per_turn: int = 5
+    instructions: str,
+    think: bool = True,
+    separator: str = "||",
+    max_actions_per_turn: int = 5,
+    style: str = "full",
+    action_names: list[str] | None = None,
 ) -> str:
-    """Environment rules followed by the response format."""
+    """Environment rules followed by the response format (``style="compact"``: the
+    action vocabulary instead of the rules, when the env has a discrete one)."""
+    _check_style(style)
+    if style == "compact":
+        reply = "<think>...</think><answer>...</answer>" if think else "<answer>...</answer>"
+        actions = f"Actions: {', '.join(action_names)}. " if action_names else ""
+        return (
+            f"{actions}Reply {reply}, at most {max_actions_per_turn} actions joined by {separator}."
+        )
     rules = instructions.strip()
     fmt = format_instructions(think, separator, max_actions_per_turn)
     return f"{rules}\n\n{fmt}" if rules else fmt
@@ -58,8 +84,15 @@ def user_message(
     max_actions_per_turn: int,
     previous_reward: float | None = None,
     think: bool = True,
+    style: str = "full",
 ) -> str:
     """The user message opening turn ``turn`` (0-based; shown 1-based)."""
+    _check_style(style)
+    if style == "compact":
+        head = f"Turn {turn + 1}, {actions_left} actions left"
+        if previous_reward is not None:
+            head += f", last reward {previous_reward:g}"
+        return f"{head}:\n{observation.rstrip()}"
     lines = [f"Turn {turn + 1}:"]
     if previous_reward is not None:
         lines.append(f"Reward of your last turn: {previous_reward:g}")

@@ -52,6 +52,7 @@ class RolloutConfig:
     top_k: int = 0  # 0 = off
     seed: int = 0  # sampling seed of this rollout (engine + text policies)
     template_strategy: str = "auto"  # auto | delta | fixed_prefix (see ragen.agent.context)
+    prompt_style: str = "full"  # full | compact (see ragen.agent.prompts)
 
     def validate(self) -> None:
         for name in (
@@ -72,6 +73,10 @@ class RolloutConfig:
             raise ValueError(f"context_window must be None or >= 0, got {self.context_window}")
         if not self.separator or not self.separator.strip():
             raise ValueError("separator must be a visible string such as '||'")
+        if self.prompt_style not in prompts.PROMPT_STYLES:
+            raise ValueError(
+                f"prompt_style must be one of {prompts.PROMPT_STYLES}, got {self.prompt_style!r}"
+            )
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
 
@@ -142,7 +147,12 @@ def run_rollout(
     episodes: list[_Episode] = []
     for i, env in enumerate(manager.envs):
         system = prompts.system_message(
-            env.instructions, config.think, config.separator, config.max_actions_per_turn
+            env.instructions,
+            config.think,
+            config.separator,
+            config.max_actions_per_turn,
+            style=config.prompt_style,
+            action_names=env.action_names,
         )
         g = manager.group_of(i)
         ctx = ContextManager(fmt, system, config.context_window) if fmt else None
@@ -206,7 +216,13 @@ def _open_turn(
     left = _actions_left(ep, config)
     prev = ep.turn_rewards[-1] if ep.turn_rewards else None
     user = prompts.user_message(
-        turn, ep.observation, left, config.max_actions_per_turn, prev, config.think
+        turn,
+        ep.observation,
+        left,
+        config.max_actions_per_turn,
+        prev,
+        config.think,
+        style=config.prompt_style,
     )
     prompt_ids = None
     if ep.ctx is not None:

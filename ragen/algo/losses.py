@@ -196,4 +196,6 @@ def explained_variance(values: Tensor, returns: Tensor, mask: Tensor) -> Tensor:
     # Returns that are constant up to float noise (e.g. every episode earned -0.1) have no
     # variance to explain; dividing by ~1e-15 would report absurd values like -7e10.
     defined = var_r > 1e-8
-    return torch.where(defined, 1.0 - var_resid / var_r.clamp_min(1e-8), torch.full_like(var_r, float("nan")))
+    return torch.where(
+        defined, 1.0 - var_resid / var_r.clamp_min(1e-8), torch.full_like(var_r, float("nan"))
+    )

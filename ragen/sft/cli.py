@@ -42,6 +42,7 @@ def add_parser(subparsers) -> None:
         "--lora-rank", type=int, default=0, help="> 0 trains LoRA adapters (then merged)"
     )
     p.add_argument("--max-turns", type=int, default=5)
+    p.add_argument("--prompt-style", choices=["full", "compact"], default="full")
     p.add_argument("--no-think", action="store_true", help="answer-only format")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=run)
@@ -69,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
         lora_rank=args.lora_rank,
         max_turns=args.max_turns,
         think=not args.no_think,
+        prompt_style=args.prompt_style,
         seed=args.seed,
     )
     run_sft(args.model, args.out, cfg)

@@ -44,6 +44,7 @@ class SFTConfig:
     max_actions_per_turn: int = 5
     max_actions_per_trajectory: int = 10
     think: bool = True
+    prompt_style: str = "full"  # must match the RL run's rollout.prompt_style
     only_successful: bool = False  # keep only episodes the (noisy) expert solved
 
 
@@ -62,6 +63,7 @@ def make_expert_data(tokenizer, cfg: SFTConfig) -> list[Trajectory]:
         max_actions_per_trajectory=cfg.max_actions_per_trajectory,
         think=cfg.think,
         seed=cfg.seed,
+        prompt_style=cfg.prompt_style,
     )
     policy = OraclePolicy(
         actions_per_turn=cfg.actions_per_turn,

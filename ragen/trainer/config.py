@@ -96,6 +96,9 @@ class RolloutSection:
     format_penalty: float = -0.1
     format_reward: float = 0.0
     context_window: int | None = None  # None = full history; k = last k turns, one sample per turn
+    prompt_style: str = (
+        "full"  # full: env rules in the system prompt; compact: actions + format only
+    )
 
 
 @dataclass
@@ -375,6 +378,8 @@ def validate(cfg: DictConfig) -> None:
     ):
         if value < 1:
             _fail(key, f"must be >= 1, got {value}", "use a positive integer")
+    if r.prompt_style not in ("full", "compact"):
+        _fail("rollout.prompt_style", f"unknown style {r.prompt_style!r}", "full or compact")
     if r.max_new_tokens >= r.max_model_len:
         _fail(
             "rollout.max_new_tokens",

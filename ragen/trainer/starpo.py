@@ -213,6 +213,7 @@ class StarPOTrainer:
             format_penalty=r.format_penalty,
             format_reward=r.format_reward,
             context_window=r.context_window,
+            prompt_style=r.prompt_style,
             temperature=r.temperature,
             top_p=r.top_p,
             top_k=r.top_k,
