@@ -1,0 +1,122 @@
+"""Trainer step time by phase, and the update phase against a bare training loop.
+
+    .venv/bin/python -m bench.bench_trainer                      # tiny (micro), sokoban, 8x16, 5 turns
+    .venv/bin/python -m bench.bench_trainer --steps 2 --algo starpo --prompt-style compact
+
+Runs ``--steps`` StarPO steps of the tiny model on CPU at ``env_groups x group_size``
+with up to 5 turns and prints the seconds of every phase (rollout, old log-probs,
+advantages incl. values, update) per step. Then, in the same process, it replays the
+exact token count the trainer's update phase processed through a bare loop: the same
+sequences packed into equal-length rows (no padding), plain forward + backward +
+AdamW step on an actor-sized and a critic-sized model, the same number of optimizer
+steps. The ratio (trainer update tokens/s) / (bare loop tokens/s) shows the trainer's
+overhead and padding waste.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+
+def bare_update(actor, critic, batch: dict[str, torch.Tensor], n_optimizer_steps: int) -> float:
+    """Seconds for fwd+bwd+AdamW on the same real tokens, padding-free, actor + critic."""
+    ids = batch["input_ids"][batch["attention_mask"].bool()]  # all real tokens, flattened
+    row = int(batch["lengths"].float().mean())  # typical sequence length
+    n_rows = max(1, ids.numel() // row)
+    dense = ids[: n_rows * row].view(n_rows, row)
+    per_step = max(1, n_rows // n_optimizer_steps)
+    models = [m for m in (actor, critic) if m is not None]
+    opts = [
+        torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-6) for m in models
+    ]
+    tic = time.perf_counter()
+    for start in range(0, n_rows, per_step):
+        chunk = dense[start : start + per_step]
+        for model, opt in zip(models, opts):
+            out = model(input_ids=chunk, use_cache=False).logits
+            out.float().mean().backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    return time.perf_counter() - tic
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--env", default="sokoban")
+    p.add_argument("--algo", default="starpo-s")
+    p.add_argument("--groups", type=int, default=8)
+    p.add_argument("--group-size", type=int, default=16)
+    p.add_argument("--prompt-style", default="full")
+    p.add_argument("--threads", type=int, default=2)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+
+    from ragen.trainer.config import load_config
+    from ragen.trainer.starpo import StarPOTrainer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = load_config(
+            [
+                f"env={args.env}",
+                f"algo={args.algo}",
+                "model=tiny",
+                f"rollout.env_groups={args.groups}",
+                f"rollout.group_size={args.group_size}",
+                "rollout.max_turns=5",
+                f"rollout.prompt_style={args.prompt_style}",
+                f"trainer.total_steps={args.steps}",
+                "trainer.val_every=0",
+                "trainer.save_every=0",
+                "trainer.console=false",
+                "trainer.save_trajectories=false",
+                "trainer.tensorboard=false",
+                f"trainer.run_dir={Path(tmp) / 'run'}",
+            ]
+        )
+        trainer = StarPOTrainer(cfg)
+        captured = {}
+        original = trainer.update
+
+        def update(batch, step):  # keep the last trained batch for the bare replay
+            captured["batch"] = {k: v.detach().clone() for k, v in batch.items()}
+            return original(batch, step)
+
+        trainer.update = update
+        history = trainer.train()
+        last = history[-1]
+        phases = ["rollout", "prepare", "old_log_prob", "advantage", "update", "step"]
+        print(
+            f"{args.env} {args.algo}: {args.groups}x{args.group_size}, <=5 turns, tiny model, {args.threads} threads"
+        )
+        print(
+            f"{'phase':<14}" + "".join(f"{'step ' + str(i + 1):>10}" for i in range(len(history)))
+        )
+        for ph in phases:
+            print(
+                f"{ph:<14}"
+                + "".join(f"{h.get('timing/' + ph, float('nan')):>9.2f}s" for h in history)
+            )
+        batch = captured["batch"]
+        tokens = float(batch["attention_mask"].sum())
+        n_mb = -(-batch["input_ids"].shape[0] // cfg.algo.ppo_mini_batch_size) * cfg.algo.ppo_epochs
+        print(
+            f"\nupdate phase: {int(tokens)} real tokens, {batch['input_ids'].shape[0]} samples, "
+            f"padding fraction {last['perf/padding_fraction']:.3f}, {n_mb} optimizer steps"
+        )
+        trainer_tps = last["perf/update_tokens_per_s"]
+        bare_s = bare_update(trainer.actor, trainer.critic, batch, n_mb)
+        bare_tps = tokens / bare_s
+        print(f"trainer update: {trainer_tps:8.0f} tokens/s")
+        print(f"bare loop:      {bare_tps:8.0f} tokens/s  ({bare_s:.2f}s)")
+        print(f"ratio trainer/bare: {trainer_tps / bare_tps:.2f}")
+        print(f"rollout generation: {last['perf/rollout_tokens_per_s']:.0f} tokens/s")
+
+
+if __name__ == "__main__":
+    main()
