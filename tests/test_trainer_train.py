@@ -140,3 +140,31 @@ def test_corrupt_checkpoint_is_a_clear_error(tiny_model_dir, tmp_path, capsys):
     assert code == 2
     err = capsys.readouterr().err
     assert "step_000001" in err
+
+
+def test_lora_rl_trains_only_adapters_and_uses_base_as_reference(tiny_model_dir, tmp_path):
+    run = tmp_path / "lora"
+    cfg = load_config(
+        _overrides(
+            tiny_model_dir,
+            run,
+            "bandit",
+            "starpo",
+            steps=1,
+            extra=["model.lora.rank=4", "algo.kl_coef=0.1"],
+        )
+    )
+    trainer = StarPOTrainer(cfg)
+    assert trainer.ref is None  # no second copy: the reference is the adapter-disabled model
+    trainable = [n for n, p in trainer.actor.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    base_before = {
+        n: p.detach().clone() for n, p in trainer.actor.named_parameters() if not p.requires_grad
+    }
+    history = trainer.train()
+    assert "actor/kl_loss" in history[-1]
+    for n, p in trainer.actor.named_parameters():
+        if n in base_before:
+            assert torch.equal(p, base_before[n]), n
+    ckpt = run / "checkpoints" / "step_000001"
+    assert (ckpt / "actor_adapter").exists() and (ckpt / "actor" / "model.safetensors").exists()
