@@ -6,17 +6,35 @@
 Each configuration runs in its own subprocess (so peak resident memory is its own):
 ``--steps`` StarPO steps (KL on, so LoRA's reference policy is the adapter-disabled
 model and full fine-tuning keeps a frozen reference copy), critic off (GRPO) so the
-actor is what differs. Prints trainable parameters, peak RSS and the mean step time.
+actor is what differs. Prints trainable parameters, resident memory after setup, the peak resident memory
+during training (the high-water mark is reset after setup, Linux only) and the mean
+step time.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import tempfile
+
+
+def _rss_mb(field: str) -> float:
+    """VmRSS / VmHWM (peak) of this process in MB, from /proc (Linux)."""
+    for line in open("/proc/self/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _reset_peak() -> None:
+    """Reset VmHWM so the peak covers training only, not model loading (Linux >= 4.0)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
 
 
 def run_one(model: str, rank: int, steps: int, env: str) -> dict:
@@ -53,6 +71,8 @@ def run_one(model: str, rank: int, steps: int, env: str) -> dict:
         trainer = StarPOTrainer(cfg)
         trainable = sum(p.numel() for p in trainer.actor.parameters() if p.requires_grad)
         total = sum(p.numel() for p in trainer.actor.parameters())
+        loaded_mb = _rss_mb("VmRSS")
+        _reset_peak()
         history = trainer.train()
     steps_s = [h["timing/step"] for h in history[1:]] or [history[0]["timing/step"]]
     update_s = [h["timing/update"] for h in history[1:]] or [history[0]["timing/update"]]
@@ -60,7 +80,8 @@ def run_one(model: str, rank: int, steps: int, env: str) -> dict:
         "rank": rank,
         "trainable": trainable,
         "total": total,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "loaded_rss_mb": loaded_mb,
+        "peak_rss_mb": _rss_mb("VmHWM"),
         "step_s": sum(steps_s) / len(steps_s),
         "update_s": sum(update_s) / len(update_s),
     }
@@ -95,11 +116,14 @@ def main() -> None:
         out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
         rows.append(json.loads(out.strip().splitlines()[-1]))
     print(f"model {args.model}, env {args.env}, {args.steps} steps (GRPO + KL, 4x4 rollouts)")
-    print(f"{'mode':<10} {'trainable':>12} {'peak RSS':>10} {'step':>8} {'update':>8}")
+    print(
+        f"{'mode':<10} {'trainable':>12} {'after load':>11} {'train peak':>11} {'step':>8} {'update':>8}"
+    )
     for r in rows:
         mode = "full" if r["rank"] == 0 else f"LoRA r={r['rank']}"
         print(
-            f"{mode:<10} {r['trainable']:>12,} {r['peak_rss_mb']:>8.0f}MB {r['step_s']:>7.2f}s {r['update_s']:>7.2f}s"
+            f"{mode:<10} {r['trainable']:>12,} {r['loaded_rss_mb']:>9.0f}MB {r['peak_rss_mb']:>9.0f}MB "
+            f"{r['step_s']:>7.2f}s {r['update_s']:>7.2f}s"
         )
 
 

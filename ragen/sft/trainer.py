@@ -177,25 +177,15 @@ def run_sft(base_model: str, out_dir: str | Path, cfg: SFTConfig, log=print) -> 
         f"{sum(t.num_response_tokens for t in data)} assistant tokens"
     )
     if cfg.lora_rank > 0:
-        from peft import LoraConfig, get_peft_model
+        from omegaconf import OmegaConf
 
-        model = get_peft_model(
-            model,
-            LoraConfig(
-                r=cfg.lora_rank,
-                lora_alpha=cfg.lora_alpha,
-                task_type="CAUSAL_LM",
-                target_modules=[
-                    "q_proj",
-                    "k_proj",
-                    "v_proj",
-                    "o_proj",
-                    "gate_proj",
-                    "up_proj",
-                    "down_proj",
-                ],
-            ),
-        )
+        from ragen.trainer.config import LoraConfig
+        from ragen.trainer.setup import apply_lora
+
+        # the same adapter layout as LoRA in RL (model.lora.*), so an SFT adapter and an
+        # RL run agree on which modules carry adapters
+        lora = OmegaConf.structured(LoraConfig(rank=cfg.lora_rank, alpha=cfg.lora_alpha))
+        model = apply_lora(model, lora)
     history = train_sft(model, tokenizer, data, cfg, log=log)
     if cfg.lora_rank > 0:
         model.save_pretrained(out / "adapter")  # the adapter alone, for `ragen sft merge`
