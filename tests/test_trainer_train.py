@@ -168,3 +168,15 @@ def test_lora_rl_trains_only_adapters_and_uses_base_as_reference(tiny_model_dir,
             assert torch.equal(p, base_before[n]), n
     ckpt = run / "checkpoints" / "step_000001"
     assert (ckpt / "actor_adapter").exists() and (ckpt / "actor" / "model.safetensors").exists()
+
+
+def test_context_overflow_truncates_instead_of_crashing(tiny_model_dir, tmp_path):
+    run = tmp_path / "overflow"
+    cfg = load_config(
+        _overrides(
+            tiny_model_dir, run, "sokoban", "grpo", steps=1, extra=["rollout.max_model_len=40"]
+        )
+    )
+    history = StarPOTrainer(cfg).train()
+    assert history[-1]["rollout/truncation_rate"] == 1.0
+    assert history[-1]["actor/skipped_steps"] == 1.0

@@ -74,7 +74,7 @@ def make_expert_data(tokenizer, cfg: SFTConfig) -> list[Trajectory]:
     # SFT seeds come from the far end of the training range (never the validation range).
     seeds = manager.seeds_for_step(10_000_000)
     result = run_rollout(policy, manager, rollout_cfg, seeds)
-    data = result.trajectories
+    data = [t for t in result.trajectories if t.num_response_tokens > 0]
     if cfg.only_successful:
         data = [t for t in data if t.success]
     if not data:

@@ -331,10 +331,14 @@ class StarPOTrainer:
             include_zero=a.filter.include_zero,
         )
         metrics.update({f"filter/{k}": float(v) for k, v in filter_metrics.items()})
-        kept = [tr for tr, k in zip(trajectories, keep.tolist()) if k]
+        # An episode whose very first prompt exceeded max_model_len has no tokens to train.
+        kept = [
+            tr for tr, k in zip(trajectories, keep.tolist()) if k and tr.num_response_tokens > 0
+        ]
         if not kept:
             self.logger.print(
-                f"step {step + 1}: the filter kept no trajectories; skipping the update"
+                f"step {step + 1}: no trainable trajectories (filtered out, or truncated before "
+                "their first response: raise rollout.max_model_len); skipping the update"
             )
             return {**metrics, **timing, "actor/skipped_steps": 1.0}
         batch = self.prepare_batch(kept)
