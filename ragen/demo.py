@@ -34,9 +34,14 @@ class Budget:
     tiny_size: str = "nano"  # 1.2M parameters: fast enough for a 2-core CPU
     sft_episodes: int = 512
     sft_epochs: int = 3
-    sft_epsilon: float = 0.25  # noisy expert: teaches the format, leaves the policy to RL
+    # noisy expert: teaches the format, leaves the policy to RL. On the bandit the warm
+    # start picks arms at random (epsilon 1): it learns only the format, and RL alone
+    # must find the better arm from rewards.
+    sft_epsilon: dict[str, float] = field(
+        default_factory=lambda: {"bandit": 1.0, "frozen_lake": 0.25, "sokoban": 0.25}
+    )
     rl_steps: dict[str, int] = field(
-        default_factory=lambda: {"bandit": 15, "frozen_lake": 40, "sokoban": 40}
+        default_factory=lambda: {"bandit": 40, "frozen_lake": 40, "sokoban": 40}
     )
     # many distinct initial states per step (the paper's finding 5: diversity helps)
     env_groups: int = 16
@@ -131,7 +136,7 @@ class Demo:
         cfg = SFTConfig(
             env=env,
             episodes=self.budget.sft_episodes,
-            epsilon=self.budget.sft_epsilon,
+            epsilon=self.budget.sft_epsilon.get(env, 0.25),
             epochs=self.budget.sft_epochs,
             actions_per_turn=per_turn,
             max_turns=max_turns,

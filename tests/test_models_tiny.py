@@ -140,3 +140,24 @@ def test_cli_create_tiny_and_info(tmp_path, capsys):
     assert "llama3" in info and "<|eot_id|>" in info and "parameters" in info
     assert main(["models", "info", str(tmp_path / "missing")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_grid_cells_are_single_tokens_and_load_back_identically(nano_dir):
+    """One token per grid cell (rows/columns are relative positions), words stay whole,
+    and the saved folder tokenizes exactly like the in-memory tokenizer (transformers 5
+    would otherwise swap in Qwen2's own pre-tokenizer)."""
+    from ragen.envs import make
+    from ragen.models import load_tokenizer
+
+    loaded = load_tokenizer(nano_dir)
+    for name in ("sokoban", "frozen_lake"):
+        env = make(name)
+        obs = env.reset(seed=3)
+        obs = obs[0] if isinstance(obs, tuple) else obs
+        pieces = [loaded.decode([i]) for i in loaded.encode(obs, add_special_tokens=False)]
+        assert pieces == [c for c in obs], (name, pieces)
+    text = "Turn 2, 7 actions left, last reward -0.1: a box"
+    ids = loaded.encode(text, add_special_tokens=False)
+    assert ids == build_tokenizer("chatml").encode(text, add_special_tokens=False)
+    assert [loaded.decode([i]) for i in ids][:3] == ["Turn", " ", "2"]
+    assert " actions" in [loaded.decode([i]) for i in ids]

@@ -22,6 +22,7 @@ Every failure a user can cause is one line naming the problem and the fix.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -277,12 +278,31 @@ def load_tokenizer(
     if not is_local:
         kwargs["local_files_only"] = offline
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+        if is_local and not gguf_file and _saved_as_plain_fast_tokenizer(source):
+            # transformers 5 maps model_type "qwen2" to Qwen2Tokenizer, which rebuilds its
+            # own pre-tokenizer and ignores the saved one; a folder saved as a plain fast
+            # tokenizer (our tiny models, converted GGUFs) must load exactly as saved
+            from transformers import PreTrainedTokenizerFast
+
+            tokenizer = PreTrainedTokenizerFast.from_pretrained(source, **kwargs)
+        else:
+            tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
     except OSError as err:
         if is_local:
             raise FileNotFoundError(f"cannot load a tokenizer from {source}: {err}") from err
         raise _hub_error(source, err, offline) from err
     return prepare_tokenizer(tokenizer)
+
+
+def _saved_as_plain_fast_tokenizer(folder: str) -> bool:
+    config = Path(folder) / "tokenizer_config.json"
+    if not (config.is_file() and (Path(folder) / "tokenizer.json").is_file()):
+        return False
+    try:
+        cls = json.loads(config.read_text()).get("tokenizer_class")
+    except (OSError, ValueError):
+        return False
+    return cls in ("TokenizersBackend", "PreTrainedTokenizerFast")
 
 
 def prepare_tokenizer(tokenizer):

@@ -6,19 +6,110 @@ so both use this definition::
     logp[b, t] = log_softmax(logits[b, t-1] / T)[input_ids[b, t]]      (T = 0 -> T = 1)
 
 i.e. the temperature-scaled distribution BEFORE any top-p / top-k truncation.
+
+Only the positions that matter need the LM head. RL and SFT losses read log-probs of
+the response tokens alone (a quarter to a half of a multi-turn sequence), and the head
+(``hidden x vocab``) plus the softmax over the vocabulary are a large share of a small
+model's forward pass. ``sequence_logprobs(..., positions=mask)`` therefore runs the
+backbone on the whole sequence and the head only on the hidden states that predict a
+wanted token. That is exact for architectures whose logits are a plain
+``lm_head(final_hidden)`` (the ``PLAIN_HEAD_MODEL_TYPES`` below); any other model goes
+through the full forward pass, with the same result.
 """
 
 from __future__ import annotations
+
+#: model types whose logits are exactly ``lm_head(last_hidden_state)`` (no soft-capping,
+#: logit scaling or hidden-state rescaling before the head)
+PLAIN_HEAD_MODEL_TYPES = frozenset(
+    {"qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "llama", "mistral", "mixtral", "phi3"}
+)
 
 
 def position_ids_from_mask(attention_mask):
     """``(B, T)`` position ids that count only attended tokens (left padding -> 0).
 
     A left-padded row then sees the same positions as the unpadded sequence, so its
-    logits (and log-probs) match an unpadded forward pass.
+    logits (and log-probs) match an unpadded forward pass. For right padding this is
+    ``arange(T)`` on the real tokens.
     """
     positions = attention_mask.long().cumsum(-1) - 1
     return positions.clamp_(min=0)
+
+
+def split_head(model):
+    """``(backbone, lm_head)`` when logits == ``lm_head(backbone(...).last_hidden_state)``,
+    else ``None``. Sees through a PEFT wrapper (LoRA layers live inside the backbone, so
+    adapters, and ``disable_adapter()``, still apply)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    config = getattr(base, "config", None)
+    if getattr(config, "model_type", None) not in PLAIN_HEAD_MODEL_TYPES:
+        return None
+    backbone = getattr(base, "model", None)
+    head = base.get_output_embeddings() if hasattr(base, "get_output_embeddings") else None
+    if backbone is None or head is None:
+        return None
+    return backbone, head
+
+
+def sequence_logprobs(
+    model,
+    input_ids,
+    attention_mask=None,
+    temperature: float = 1.0,
+    positions=None,
+    with_entropy: bool = False,
+):
+    """Log-probs (and entropies) of ``input_ids`` given their prefixes.
+
+    input_ids, attention_mask: ``(B, T)``, left or right padded.
+    positions: optional ``(B, T)`` mask of the tokens whose log-prob is wanted (for RL,
+        the response mask); others come back as 0. ``None``: every token.
+    Returns ``log_prob`` ``(B, T)`` float32 with column 0 = 0 (no prefix), and
+    ``entropy`` ``(B, T)`` of the distribution that chose token t (or ``None``).
+    Differentiable (chunked, memory-lean softmax from ``ragen.algo``).
+    """
+    import torch
+
+    from ragen.algo import entropy_from_logits, logprobs_from_logits
+
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    scale = 1.0 if not temperature else float(temperature)
+    position_ids = position_ids_from_mask(attention_mask)
+    targets = input_ids[:, 1:]
+    split = split_head(model) if positions is not None else None
+    if split is None:
+        logits = model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=False,
+        ).logits[:, :-1]
+        logits = logits.float() / scale  # (B, T-1, V): row t-1 predicts token t
+        log_prob = logprobs_from_logits(logits, targets)
+        entropy = entropy_from_logits(logits) if with_entropy else None
+        if positions is not None:
+            keep = positions[:, 1:].to(log_prob.dtype)
+            log_prob = log_prob * keep
+            entropy = entropy * keep if entropy is not None else None
+    else:
+        backbone, head = split
+        hidden = backbone(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=False,
+        ).last_hidden_state[:, :-1]  # (B, T-1, H)
+        want = positions[:, 1:].bool()  # (B, T-1)
+        logits = head(hidden[want]).float() / scale  # (N, V), N = wanted tokens
+        zeros = torch.zeros(want.shape, dtype=torch.float32, device=input_ids.device)
+        log_prob = zeros.masked_scatter(want, logprobs_from_logits(logits, targets[want]))
+        entropy = zeros.masked_scatter(want, entropy_from_logits(logits)) if with_entropy else None
+    pad = torch.nn.functional.pad
+    return pad(log_prob, (1, 0), value=0.0), (
+        pad(entropy, (1, 0), value=0.0) if entropy is not None else None
+    )
 
 
 def token_logprobs(model, input_ids, attention_mask=None, temperature: float = 1.0):
@@ -27,19 +118,4 @@ def token_logprobs(model, input_ids, attention_mask=None, temperature: float = 1
     ``input_ids``/``attention_mask``: ``(B, T)``, left or right padded (padded positions
     get arbitrary values; mask them). Gradients flow when called outside ``no_grad``.
     """
-    import torch
-
-    if attention_mask is None:
-        attention_mask = torch.ones_like(input_ids)
-    scale = 1.0 if not temperature else float(temperature)
-    out = model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids_from_mask(attention_mask),
-        use_cache=False,
-    )
-    logits = out.logits[:, :-1].float() / scale  # (B, T-1, V) predicts ids 1..T-1
-    targets = input_ids[:, 1:].unsqueeze(-1)
-    # log_softmax(x)[y] = x[y] - logsumexp(x), without materializing a second (B, T, V) tensor
-    picked = logits.gather(-1, targets).squeeze(-1) - torch.logsumexp(logits, dim=-1)
-    return torch.nn.functional.pad(picked, (1, 0), value=0.0)
+    return sequence_logprobs(model, input_ids, attention_mask, temperature)[0]

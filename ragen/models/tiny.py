@@ -138,11 +138,16 @@ MAX_POSITIONS = 4096
 BPE_VOCAB_SIZE = 3000  # before the 4 tag tokens; the corpus may yield slightly fewer
 _CORPUS_SEED = 1234  # the tokenizer is independent of the model seed on purpose
 
-# Qwen2-style pre-tokenization: words with one leading non-letter, single digits (good
-# for arithmetic), punctuation runs, newlines, whitespace.
+# Pre-tokenization: a word is one letter plus any lowercase letters after it (with an
+# optional leading space), so "Turn", " actions", " a" stay whole; every other character
+# is its own pre-token: digits (good for arithmetic), punctuation, and above all grid
+# cells ("P" in "#_P_X#" is a letter with no lowercase after it). Qwen2's pattern
+# merges runs like "_O__" or "###__#" into one token, and a small model must then find
+# the player inside opaque multi-cell tokens; with one token per cell, a cell's row and
+# column are relative positions.
 _SPLIT_PATTERN = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)| ?\p{L}\p{Ll}*|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 
 # ---------------------------------------------------------------------------------------

@@ -85,17 +85,16 @@ def make_expert_data(tokenizer, cfg: SFTConfig) -> list[Trajectory]:
 def sft_loss(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """Summed negative log-likelihood over response tokens and their count.
 
-    batch tensors are (B, T); logits at t predict token t + 1, so the target mask is
-    ``response_mask[:, 1:]``.
+    batch tensors are (B, T); the LM head runs only where a response token is predicted
+    (``sequence_logprobs`` with ``positions=response_mask``).
     """
-    logits = model(
-        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False
-    ).logits
-    logits = logits[:, :-1].float()
-    targets = batch["input_ids"][:, 1:]
-    mask = batch["response_mask"][:, 1:]
-    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
-    return (nll * mask).sum(), mask.sum()
+    from ragen.models.logprobs import sequence_logprobs
+
+    mask = batch["response_mask"]
+    log_prob, _ = sequence_logprobs(
+        model, batch["input_ids"], batch["attention_mask"], positions=mask
+    )
+    return -(log_prob * mask).sum(), mask[:, 1:].sum()
 
 
 def train_sft(model, tokenizer, data: list[Trajectory], cfg: SFTConfig, log=print) -> list[dict]:

@@ -35,6 +35,7 @@ from omegaconf import DictConfig
 from ragen import algo
 from ragen.agent.trajectory import Trajectory
 from ragen.envs.base import derive_seed
+from ragen.models.logprobs import sequence_logprobs
 
 from . import setup
 from .batching import collate, padding_fraction, place_rewards, token_budget_micro_batches
@@ -55,23 +56,25 @@ def token_log_probs(
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     temperature: float,
+    response_mask: torch.Tensor,
     with_entropy: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probs (and entropies) of each token given its prefix, aligned to positions.
+    """Log-probs (and entropies) of the response tokens given their prefixes.
 
-    input_ids, attention_mask: (B, T). Returns log_prob (B, T) with column 0 = 0, and
-    entropy (B, T) of the next-token distribution that chose token t (column 0 = 0).
+    input_ids, attention_mask, response_mask: (B, T). Returns log_prob (B, T) and entropy
+    (B, T) of the next-token distribution that chose token t, both 0 off the response.
     The distribution is softmax(logits / temperature), the one generation sampled from.
+    The LM head runs only at positions that predict a response token
+    (``ragen.models.logprobs.sequence_logprobs``).
     """
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
-    logits = logits[:, :-1].float() / max(temperature, 1e-6)
-    log_prob = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
-    log_prob[:, 1:] = algo.logprobs_from_logits(logits, input_ids[:, 1:])
-    entropy = None
-    if with_entropy:
-        entropy = torch.zeros_like(log_prob)
-        entropy[:, 1:] = algo.entropy_from_logits(logits)
-    return log_prob, entropy
+    return sequence_logprobs(
+        model,
+        input_ids,
+        attention_mask,
+        temperature=max(temperature, 1e-6),
+        positions=response_mask,
+        with_entropy=with_entropy,
+    )
 
 
 def token_values(
@@ -412,7 +415,11 @@ class StarPOTrainer:
             L = sl["input_ids"].shape[1]
             with self.autocast:
                 lp, _ = token_log_probs(
-                    self.actor, sl["input_ids"], sl["attention_mask"], temperature
+                    self.actor,
+                    sl["input_ids"],
+                    sl["attention_mask"],
+                    temperature,
+                    sl["response_mask"],
                 )
                 old[mb, :L] = lp
                 if ref is not None:
@@ -431,10 +438,16 @@ class StarPOTrainer:
         if self.use_lora:
             with self.actor.disable_adapter():
                 lp, _ = token_log_probs(
-                    self.actor, sl["input_ids"], sl["attention_mask"], temperature
+                    self.actor,
+                    sl["input_ids"],
+                    sl["attention_mask"],
+                    temperature,
+                    sl["response_mask"],
                 )
             return lp
-        lp, _ = token_log_probs(self.ref, sl["input_ids"], sl["attention_mask"], temperature)
+        lp, _ = token_log_probs(
+            self.ref, sl["input_ids"], sl["attention_mask"], temperature, sl["response_mask"]
+        )
         return lp
 
     @torch.no_grad()
@@ -559,6 +572,7 @@ class StarPOTrainer:
                     sl["input_ids"],
                     sl["attention_mask"],
                     temperature,
+                    mask,
                     with_entropy=True,
                 )
             pg_loss, pg_metrics = algo.ppo_policy_loss(
