@@ -1,5 +1,6 @@
 """SFT warm start: loss only on assistant tokens, LoRA adapters, merge."""
 
+import pytest
 import torch
 
 from ragen.sft.trainer import SFTConfig, make_expert_data, merge_adapter, run_sft, sft_loss
@@ -73,3 +74,12 @@ def test_lora_adapters_are_the_only_trainable_parameters(tiny_model_dir):
     wrapped = apply_lora(model, OmegaConf.structured(LoraConfig(rank=4)))
     trainable = [n for n, p in wrapped.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
+
+
+def test_more_expert_actions_than_the_prompt_allows_is_a_clear_error(tiny_model_dir):
+    from ragen.models import load_tokenizer
+
+    tok = load_tokenizer(tiny_model_dir)
+    cfg = SFTConfig(env="sokoban", episodes=2, actions_per_turn=3, max_actions_per_turn=2)
+    with pytest.raises(ValueError, match="max-actions-per-turn"):
+        make_expert_data(tok, cfg)

@@ -42,6 +42,12 @@ def add_parser(subparsers) -> None:
         "--lora-rank", type=int, default=0, help="> 0 trains LoRA adapters (then merged)"
     )
     p.add_argument("--max-turns", type=int, default=5)
+    p.add_argument(
+        "--max-actions-per-turn",
+        type=int,
+        default=5,
+        help="the limit the prompts state; match the RL run's rollout.max_actions_per_turn",
+    )
     p.add_argument("--prompt-style", choices=["full", "compact"], default="full")
     p.add_argument("--no-think", action="store_true", help="answer-only format")
     p.add_argument("--seed", type=int, default=0)
@@ -69,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
         lr=args.lr,
         lora_rank=args.lora_rank,
         max_turns=args.max_turns,
+        max_actions_per_turn=args.max_actions_per_turn,
         think=not args.no_think,
         prompt_style=args.prompt_style,
         seed=args.seed,

@@ -50,6 +50,12 @@ class SFTConfig:
 
 def make_expert_data(tokenizer, cfg: SFTConfig) -> list[Trajectory]:
     """Oracle rollouts (with ``epsilon`` noise) on training seeds, as token-exact samples."""
+    if not 1 <= cfg.actions_per_turn <= cfg.max_actions_per_turn:
+        raise ValueError(
+            f"actions_per_turn={cfg.actions_per_turn} must be between 1 and "
+            f"max_actions_per_turn={cfg.max_actions_per_turn} (the limit the prompt states); "
+            "raise --max-actions-per-turn or lower --actions-per-turn"
+        )
     from ragen.agent.env_manager import EnvStateManager
     from ragen.agent.policies import OraclePolicy
     from ragen.agent.rollout import RolloutConfig, run_rollout

@@ -563,6 +563,7 @@ class StarPOTrainer:
         weights, mode = self._weights(batch, micros)
         self.actor.train()
         stats: dict[str, float] = defaultdict(float)
+        entropy_sum, token_count = 0.0, 0.0
         for mb, w in zip(micros, weights):
             sl = _micro_slices(batch, mb)
             mask = sl["response_mask"]
@@ -594,9 +595,14 @@ class StarPOTrainer:
                 stats["actor/kl_loss"] += w * float(kl_term.detach())
             (loss * w).backward()
             stats["actor/pg_loss"] += w * float(pg_loss.detach())
-            stats["actor/entropy"] += w * float(entropy_term.detach())
+            stats["actor/entropy_loss"] += w * float(entropy_term.detach())
+            # the logged entropy is a plain token mean whatever the loss aggregation, so
+            # curves of algorithms with different loss_agg_mode compare directly
+            entropy_sum += float((entropy.detach() * mask).sum())
+            token_count += float(mask.sum())
             for k, v in pg_metrics.items():
                 stats[f"actor/{k}"] += w * float(v)
+        stats["actor/entropy"] = entropy_sum / max(token_count, 1.0)
         stats.update(self._optimizer_step(self.actor, self.actor_opt, "actor"))
         return dict(stats)
 
