@@ -12,11 +12,14 @@ Stages, all on the CPU, all with full prompts (the model can read the rules):
    expert picks uniformly random valid actions, so the warm start learns the reply
    format and nothing about which action is good);
 3. evaluation of the warm start;
-4. ``--steps`` steps of GRPO through LoRA adapters (``model.lora.rank``);
+4. ``--steps`` steps of ``--algo`` (default Dr.GRPO: critic-free, so cheap, and without
+   GRPO's std division, which drives the bandit to the safe arm; docs/RESULTS.md)
+   through LoRA adapters (``model.lora.rank``);
 5. evaluation after RL.
 
 Prints success and format-error rates per stage and the mean RL step time, and writes
-them to ``<out>/smollm2.json``.
+them to ``<out>/smollm2.json``. ``--reuse`` keeps stages already recorded there (and
+the saved warm start), so an interrupted run continues where it stopped.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ def main() -> None:
     p.add_argument("--group-size", type=int, default=4)
     p.add_argument("--lora-rank", type=int, default=8)
     p.add_argument("--actor-lr", type=float, default=2e-4)
+    p.add_argument("--algo", default="drgrpo", help="a critic-free preset: drgrpo or grpo")
+    p.add_argument("--reuse", action="store_true", help="keep stages already in smollm2.json")
     p.add_argument("--out", default="runs/bench_smollm2")
     args = p.parse_args()
 
@@ -62,8 +67,12 @@ def main() -> None:
     turns = {"bandit": 1}
     rollout = RolloutConfig(max_new_tokens=96, max_model_len=2048, max_actions_per_turn=2)
     results: dict[str, dict] = {}
+    if args.reuse and (out / "smollm2.json").exists():
+        results = json.loads((out / "smollm2.json").read_text())
 
     def run_eval(stage: str, path: str, env: str) -> None:
+        if env in results.get(stage, {}):
+            return
         tic = time.perf_counter()
         m = evaluate(
             path, env=env, n=args.n, temperature=0.5, max_turns=turns.get(env, 5), config=rollout
@@ -97,9 +106,10 @@ def main() -> None:
         actions_per_turn=1,
         prompt_style="full",
     )
-    tic = time.perf_counter()
-    run_sft(model, sft_dir, cfg, log=lambda m: print(m, flush=True))
-    results["sft_s"] = time.perf_counter() - tic
+    if "sft_s" not in results or not (sft_dir / "config.json").exists():
+        tic = time.perf_counter()
+        run_sft(model, sft_dir, cfg, log=lambda m: print(m, flush=True))
+        results["sft_s"] = time.perf_counter() - tic
     run_eval("warm start (LoRA SFT)", str(sft_dir), args.env)
 
     run_dir = out / "rl"
@@ -107,7 +117,7 @@ def main() -> None:
         load_config(
             [
                 f"env={args.env}",
-                "algo=grpo",
+                f"algo={args.algo}",
                 "model=smollm2",
                 f"model.path={sft_dir}",
                 f"model.lora.rank={args.lora_rank}",
@@ -130,7 +140,7 @@ def main() -> None:
     step_s = [r["timing/step"] for r in rows if r.get("timing/step") is not None]
     results["rl_step_s"] = statistics.mean(step_s) if step_s else float("nan")
     final = sorted((run_dir / "checkpoints").glob("step_*[0-9]"))[-1] / "actor"
-    run_eval("after RL (LoRA GRPO)", str(final), args.env)
+    run_eval(f"after RL (LoRA {args.algo})", str(final), args.env)
     print(f"RL: {len(step_s)} steps, mean step {results['rl_step_s']:.1f}s")
     (out / "smollm2.json").write_text(json.dumps(results, indent=2))
 
