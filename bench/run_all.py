@@ -1,7 +1,10 @@
 """Run every benchmark in turn (``make bench``); each prints its own table.
 
-.venv/bin/python -m bench.run_all            # all
+.venv/bin/python -m bench.run_all            # the speed benchmarks
 .venv/bin/python -m bench.run_all envs gae   # those whose module name contains a word
+
+Without arguments the long learning runs (``LEARNING_RUNS``: tens of minutes each, and
+SmolLM2 needs its model file) are left out; name them to run them.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ import pkgutil
 import subprocess
 import sys
 from pathlib import Path
+
+LEARNING_RUNS = ("bench_learning", "bench_echo_trap", "bench_smollm2", "bench_sft_grid")
 
 
 def main(argv: list[str]) -> int:
@@ -23,7 +28,7 @@ def main(argv: list[str]) -> int:
     if argv:
         names = [n for n in names if any(word in n for word in argv)]
     else:
-        names = [n for n in names if n not in ("bench_learning", "bench_echo_trap")]
+        names = [n for n in names if n not in LEARNING_RUNS]
     failed = []
     for name in names:
         print(f"\n=== bench.{name} ===", flush=True)
