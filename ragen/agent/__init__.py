@@ -15,8 +15,7 @@ Attributes are imported lazily so ``ragen --help`` stays instant.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from ragen._lazy import lazy_exports
 
 _EXPORTS = {
     "ParsedResponse": "parsing",
@@ -41,15 +40,4 @@ _EXPORTS = {
     "TurnRecord": "trajectory",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        module = importlib.import_module(f"{__name__}.{_EXPORTS[name]}")
-        return getattr(module, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(list(globals()) + __all__)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, globals(), _EXPORTS)

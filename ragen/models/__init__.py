@@ -8,8 +8,7 @@ does not import torch or transformers.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from ragen._lazy import lazy_exports
 
 _EXPORTS = {
     "load_policy": "loading",
@@ -27,15 +26,4 @@ _EXPORTS = {
     "position_ids_from_mask": "logprobs",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        module = importlib.import_module(f"{__name__}.{_EXPORTS[name]}")
-        return getattr(module, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(list(globals()) + __all__)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, globals(), _EXPORTS)

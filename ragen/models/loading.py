@@ -266,11 +266,7 @@ def load_tokenizer(
     """The tokenizer for a policy, with a pad token and ``padding_side="left"``."""
     from transformers import AutoTokenizer
 
-    source, gguf_file, is_local = resolve_source(name_or_path, gguf_file)
-    if gguf_file:
-        cached = _cached_gguf_folder(source, gguf_file, False, trust_remote_code)
-        if cached is not None:
-            source, gguf_file = str(cached), None
+    source, gguf_file, is_local = _resolve_cached(name_or_path, gguf_file, False, trust_remote_code)
     offline = _offline(local_files_only)
     kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
     if gguf_file:
@@ -292,6 +288,17 @@ def load_tokenizer(
             raise FileNotFoundError(f"cannot load a tokenizer from {source}: {err}") from err
         raise _hub_error(source, err, offline) from err
     return prepare_tokenizer(tokenizer)
+
+
+def _resolve_cached(name_or_path, gguf_file, create: bool, trust_remote_code: bool):
+    """``resolve_source``, then a GGUF file is swapped for its converted HF folder when
+    one is cached (``create``: convert it now if not)."""
+    source, gguf_file, is_local = resolve_source(name_or_path, gguf_file)
+    if gguf_file:
+        cached = _cached_gguf_folder(source, gguf_file, create, trust_remote_code)
+        if cached is not None:
+            source, gguf_file = str(cached), None
+    return source, gguf_file, is_local
 
 
 def _saved_as_plain_fast_tokenizer(folder: str) -> bool:
@@ -337,11 +344,7 @@ def load_policy(
 
     device = pick_device(device)
     dtype = pick_dtype(device, dtype)
-    source, gguf_file, is_local = resolve_source(name_or_path, gguf_file)
-    if gguf_file:
-        cached = _cached_gguf_folder(source, gguf_file, True, trust_remote_code)
-        if cached is not None:
-            source, gguf_file = str(cached), None
+    source, gguf_file, is_local = _resolve_cached(name_or_path, gguf_file, True, trust_remote_code)
     offline = _offline(local_files_only)
     tokenizer = load_tokenizer(
         source, gguf_file=gguf_file, trust_remote_code=trust_remote_code,
