@@ -17,7 +17,7 @@ import argparse
 import statistics
 from pathlib import Path
 
-from ragen.demo import BUDGETS, Demo
+from ragen.demo import BUDGETS, ENV_SHAPE, Demo, rollout_overrides
 from ragen.trainer.config import load_config
 from ragen.trainer.metrics_logger import read_metrics
 from ragen.trainer.starpo import StarPOTrainer
@@ -60,9 +60,12 @@ def main() -> None:
             if not (run_dir / "metrics.jsonl").exists():
                 groups, size = budget.env_groups, budget.group_size
                 kept = groups * size // 4 if algo == "starpo-s" else groups * size
+                shape = ENV_SHAPE[args.env]
+                if shape.context_window is not None:  # windowed: one sample per turn
+                    kept *= shape.max_turns
                 cfg = load_config(
                     [
-                        f"env={args.env}",
+                        *rollout_overrides(args.env),
                         f"algo={algo}",
                         "model=tiny",
                         f"model.path={demo.sft_dir(args.env)}",
@@ -78,11 +81,6 @@ def main() -> None:
                         f"trainer.save_every={args.steps}",
                         f"trainer.seed={seed}",
                         f"trainer.run_dir={run_dir}",
-                        *(
-                            ["rollout.max_turns=5", "rollout.max_actions_per_turn=2"]
-                            if args.env != "bandit"
-                            else []
-                        ),
                         *budget.extra,
                     ]
                 )

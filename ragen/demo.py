@@ -27,18 +27,56 @@ DEFAULT_ENVS = ("bandit", "frozen_lake", "sokoban")
 STAGES = ("tiny", "sft", "rl", "eval", "report")
 
 
+@dataclass(frozen=True)
+class EnvShape:
+    """How an env is played, the same in the SFT data, in RL and in evaluation."""
+
+    max_turns: int
+    actions_per_turn: int  # the expert's, and the limit the prompt states
+    context_window: int | None  # None: the whole history in one sample; 0: current state only
+
+
+# FrozenLake and Sokoban are fully observed: the current grid is the whole state, so each
+# turn is prompted with it alone (context_window=0). A 1M-parameter model learns to read
+# one grid at a fixed place in the prompt far sooner than to find the newest of several
+# grids in a growing history, and a turn's sample is ~120 tokens instead of ~600.
+# One action per turn: the expert's every move is then a function of what the model sees.
+ENV_SHAPE = {
+    "bandit": EnvShape(max_turns=1, actions_per_turn=1, context_window=None),
+    "frozen_lake": EnvShape(max_turns=10, actions_per_turn=1, context_window=0),
+    "sokoban": EnvShape(max_turns=10, actions_per_turn=1, context_window=0),
+}
+
+
+def rollout_overrides(env: str) -> list[str]:
+    """``ragen train`` overrides that play ``env`` with its demo shape."""
+    shape = ENV_SHAPE[env]
+    out = [
+        f"env={env}",
+        f"rollout.max_turns={shape.max_turns}",
+        f"rollout.max_actions_per_turn={shape.actions_per_turn}",
+    ]
+    if shape.context_window is not None:
+        out.append(f"rollout.context_window={shape.context_window}")
+    return out
+
+
 @dataclass
 class Budget:
     """How much work each stage does. ``full`` is what ``make demo`` runs."""
 
     tiny_size: str = "nano"  # 1.2M parameters: fast enough for a 2-core CPU
-    sft_episodes: int = 512
+    # expert episodes for the warm start; the grids need many: the model learns to read
+    # a grid only after several hundred SFT steps (docs/RESULTS.md)
+    sft_episodes: dict[str, int] = field(
+        default_factory=lambda: {"bandit": 512, "frozen_lake": 2048, "sokoban": 2048}
+    )
     sft_epochs: int = 3
     # noisy expert: teaches the format, leaves the policy to RL. On the bandit the warm
     # start picks arms at random (epsilon 1): it learns only the format, and RL alone
     # must find the better arm from rewards.
     sft_epsilon: dict[str, float] = field(
-        default_factory=lambda: {"bandit": 1.0, "frozen_lake": 0.25, "sokoban": 0.25}
+        default_factory=lambda: {"bandit": 1.0, "frozen_lake": 0.1, "sokoban": 0.1}
     )
     rl_steps: dict[str, int] = field(
         default_factory=lambda: {"bandit": 40, "frozen_lake": 40, "sokoban": 40}
@@ -46,13 +84,17 @@ class Budget:
     # many distinct initial states per step (the paper's finding 5: diversity helps)
     env_groups: int = 16
     group_size: int = 4
+    # samples per optimizer step, per env; unset: Demo.mini_batch_size's default
+    ppo_mini_batch_size: dict[str, int] = field(default_factory=dict)
     val_groups: int = 64
     eval_episodes: int = 128
     max_new_tokens: int = 48  # per turn, in training and evaluation alike
     # the tiny model cannot read rules; the compact prompt halves every sequence
     prompt_style: str = "compact"
     sft_lr: float = 3e-3  # a model trained from scratch needs large steps
-    sft_batch_size: int = 16
+    sft_batch_size: dict[str, int] = field(
+        default_factory=lambda: {"bandit": 16, "frozen_lake": 32, "sokoban": 32}
+    )
     extra: list[str] = field(default_factory=list)  # more `ragen train` overrides
 
 
@@ -60,7 +102,7 @@ BUDGETS = {
     "full": Budget(),
     "toy": Budget(
         tiny_size="nano",
-        sft_episodes=16,
+        sft_episodes={"bandit": 16, "frozen_lake": 8, "sokoban": 8},
         sft_epochs=1,
         rl_steps={"bandit": 2, "frozen_lake": 2, "sokoban": 2},
         env_groups=2,
@@ -72,23 +114,12 @@ BUDGETS = {
     ),
 }
 
-# Per-env RL settings: actions per turn match the warm start's expert.
-ENV_RL = {
-    "bandit": ["env=bandit"],
-    "frozen_lake": ["env=frozen_lake", "rollout.max_turns=5", "rollout.max_actions_per_turn=2"],
-    "sokoban": ["env=sokoban", "rollout.max_turns=5", "rollout.max_actions_per_turn=2"],
-}
-ENV_SFT = {  # (max_turns, expert actions per turn)
-    "bandit": (1, 1),
-    "frozen_lake": (5, 2),
-    "sokoban": (5, 2),
-}
-
 
 class Demo:
     def __init__(self, out: Path, budget: Budget, envs: list[str], seed: int = 0):
         self.out, self.budget, self.envs, self.seed = out, budget, envs, seed
         self.out.mkdir(parents=True, exist_ok=True)
+        self.persist = True  # False in worker processes: their parent writes results.json
         self.results_path = out / "results.json"
         self.results = (
             json.loads(self.results_path.read_text()) if self.results_path.exists() else {}
@@ -99,6 +130,8 @@ class Demo:
         print(f"[demo {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
     def save_results(self) -> None:
+        if not self.persist:
+            return
         self.results_path.write_text(json.dumps(self.results, indent=2, sort_keys=True))
 
     @property
@@ -132,24 +165,34 @@ class Demo:
         from ragen.sft.trainer import SFTConfig, run_sft
 
         self._require(self.tiny_dir / "config.json", "tiny")
-        max_turns, per_turn = ENV_SFT[env]
+        shape, b = ENV_SHAPE[env], self.budget
         cfg = SFTConfig(
             env=env,
-            episodes=self.budget.sft_episodes,
-            epsilon=self.budget.sft_epsilon.get(env, 0.25),
-            epochs=self.budget.sft_epochs,
-            actions_per_turn=per_turn,
-            max_turns=max_turns,
-            max_actions_per_turn=max(per_turn, 1),
+            episodes=b.sft_episodes[env],
+            epsilon=b.sft_epsilon[env],
+            epochs=b.sft_epochs,
+            actions_per_turn=shape.actions_per_turn,
+            max_turns=shape.max_turns,
+            max_actions_per_turn=shape.actions_per_turn,
+            context_window=shape.context_window,
             seed=self.seed,
-            prompt_style=self.budget.prompt_style,
-            lr=self.budget.sft_lr,
-            batch_size=self.budget.sft_batch_size,
+            prompt_style=b.prompt_style,
+            lr=b.sft_lr,
+            batch_size=b.sft_batch_size[env],
         )
         self.log(
             f"[{env}] SFT warm start on {cfg.episodes} noisy expert episodes (epsilon={cfg.epsilon})"
         )
         run_sft(str(self.tiny_dir), self.sft_dir(env), cfg, log=self.log)
+
+    def mini_batch_size(self, env: str) -> int:
+        """Samples per optimizer step: by default all StarPO-S keeps (a quarter of the
+        step's episodes; windowed envs: their turns), one optimizer step per training step."""
+        b, shape = self.budget, ENV_SHAPE[env]
+        if env in b.ppo_mini_batch_size:
+            return b.ppo_mini_batch_size[env]
+        per_episode = shape.max_turns if shape.context_window is not None else 1
+        return max(1, b.env_groups * b.group_size // 4) * per_episode
 
     def stage_rl(self, env: str) -> None:
         import shutil
@@ -163,13 +206,13 @@ class Demo:
         b = self.budget
         steps = b.rl_steps[env]
         overrides = [
-            *ENV_RL[env],
+            *rollout_overrides(env),
             "algo=starpo-s",
             "model=tiny",
             f"model.path={self.sft_dir(env)}",
             f"rollout.env_groups={b.env_groups}",
             f"rollout.group_size={b.group_size}",
-            f"algo.ppo_mini_batch_size={max(1, (b.env_groups * b.group_size) // 4)}",
+            f"algo.ppo_mini_batch_size={self.mini_batch_size(env)}",
             f"trainer.total_steps={steps}",
             f"trainer.val_every={max(1, steps // 4)}",
             f"trainer.val_groups={b.val_groups}",
@@ -188,16 +231,17 @@ class Demo:
         from ragen.agent.rollout import RolloutConfig
 
         n = self.budget.eval_episodes
-        max_turns, per_turn = ENV_SFT[env]
+        shape = ENV_SHAPE[env]
         # the same limits the agent trained under
         rollout = RolloutConfig(
             max_new_tokens=self.budget.max_new_tokens,
             max_model_len=2048,
-            max_actions_per_turn=max(per_turn, 1),
+            max_actions_per_turn=shape.actions_per_turn,
+            context_window=shape.context_window,
             prompt_style=self.budget.prompt_style,
         )
         common = dict(
-            env=env, n=n, temperature=0.5, max_turns=max_turns, seed=self.seed, config=rollout
+            env=env, n=n, temperature=0.5, max_turns=shape.max_turns, seed=self.seed, config=rollout
         )
         rows = self.results.setdefault(env, {})
         policies = {"random": "random", "oracle": "oracle"}
@@ -209,7 +253,7 @@ class Demo:
         for name, model in policies.items():
             extra = {}
             if name in ("random", "oracle"):
-                extra["actions_per_turn"] = ENV_SFT[env][1]
+                extra["actions_per_turn"] = shape.actions_per_turn
             metrics = evaluate(model, batch_groups=64, **common, **extra)
             rows[name] = {
                 k: metrics[k]
@@ -230,17 +274,69 @@ class Demo:
         self.log(f"report: {path}")
         print((self.out / "results.md").read_text())
 
-    def run(self, stages: list[str]) -> None:
+    def run_env(self, env: str, stages: list[str]) -> dict:
+        """The per-env stages (sft, rl, eval) in order; returns ``results[env]``."""
         tic = time.perf_counter()
         for stage in stages:
-            if stage == "tiny":
-                self.stage_tiny()
-            elif stage == "report":
-                self.stage_report()
+            getattr(self, f"stage_{stage}")(env)
+            self.log(f"[{env}] stage {stage} done ({time.perf_counter() - tic:.0f}s)")
+        return self.results.get(env, {})
+
+    def run(self, stages: list[str], jobs: int = 1) -> None:
+        """``tiny``, then each env's pipeline (``jobs`` envs at a time), then ``report``.
+
+        ``jobs > 1`` runs whole env pipelines in separate processes, each with an equal
+        share of the CPU threads: the tiny models are too small for one process to keep
+        several cores busy, so two single-threaded envs side by side finish sooner than
+        two envs one after the other on two threads.
+        """
+        tic = time.perf_counter()
+        if "tiny" in stages:
+            self.stage_tiny()
+        per_env = [s for s in stages if s in ("sft", "rl", "eval")]
+        if per_env:
+            if jobs > 1 and len(self.envs) > 1:
+                self._run_envs_in_processes(per_env, jobs)
             else:
                 for env in self.envs:
-                    getattr(self, f"stage_{stage}")(env)
-            self.log(f"stage {stage} done ({time.perf_counter() - tic:.0f}s elapsed)")
+                    self.run_env(env, per_env)
+        if "report" in stages:
+            self.stage_report()
+        self.log(f"demo done ({time.perf_counter() - tic:.0f}s elapsed)")
+
+    def _run_envs_in_processes(self, stages: list[str], jobs: int) -> None:
+        import multiprocessing
+        import os
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        jobs = min(jobs, len(self.envs))
+        threads = max(1, (os.cpu_count() or 1) // jobs)
+        self.log(f"running {len(self.envs)} envs, {jobs} at a time ({threads} thread(s) each)")
+        ctx = multiprocessing.get_context("spawn")  # a clean torch in every worker
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+            futures = {
+                pool.submit(
+                    _env_worker, self.out, self.budget, self.envs, self.seed, env, stages, threads
+                ): env
+                for env in self.envs
+            }
+            for future in as_completed(futures):
+                # result() re-raises a worker's error here, naming the env in its traceback
+                self.results[futures[future]] = future.result()
+                self.save_results()  # each env's numbers are kept as soon as it finishes
+
+
+def _env_worker(
+    out: Path, budget: Budget, envs: list[str], seed: int, env: str, stages: list[str], threads: int
+) -> dict:
+    """One env's pipeline in a worker process (module-level so that it pickles)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    demo = Demo(out, budget, envs, seed)
+    demo.persist = False  # the parent process owns results.json
+    return demo.run_env(env, stages)
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -257,14 +353,27 @@ def _add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env", action="append", choices=DEFAULT_ENVS, help="only these environments")
     p.add_argument("--budget", choices=sorted(BUDGETS), default="full")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="envs trained side by side in separate processes "
+        "(default: one per CPU core, at most one per env; 1 = one after another)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     import torch
 
     torch.manual_seed(args.seed)
-    demo = Demo(Path(args.out), BUDGETS[args.budget], args.env or list(DEFAULT_ENVS), args.seed)
-    demo.run(args.stage or list(STAGES))
+    import os
+
+    envs = args.env or list(DEFAULT_ENVS)
+    demo = Demo(Path(args.out), BUDGETS[args.budget], envs, args.seed)
+    jobs = args.jobs if args.jobs is not None else min(len(envs), os.cpu_count() or 1)
+    if jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {jobs}")
+    demo.run(args.stage or list(STAGES), jobs=jobs)
     return 0
 
 

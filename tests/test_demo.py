@@ -7,7 +7,9 @@ from ragen.demo import main
 
 def test_demo_toy_budget_end_to_end(tmp_path, capsys):
     out = tmp_path / "demo"
-    assert main(["--budget", "toy", "--out", str(out), "--env", "bandit", "--env", "sokoban"]) == 0
+    # two env pipelines side by side in worker processes (the default on a multi-core box)
+    argv = ["--budget", "toy", "--out", str(out), "--env", "bandit", "--env", "sokoban"]
+    assert main([*argv, "--jobs", "2"]) == 0
     assert (out / "tiny" / "config.json").exists()
     for env in ("bandit", "sokoban"):
         assert (out / env / "sft" / "model.safetensors").exists()

@@ -27,6 +27,20 @@ def test_expert_data_masks_exactly_the_assistant_tokens(tiny_model_dir):
         assert "<answer>" in replies and "State:" not in tok.decode(masked)
 
 
+def test_windowed_expert_data_is_one_sample_per_turn_with_only_the_current_state(tiny_model_dir):
+    _, tok = _load(tiny_model_dir)
+    cfg = dict(env="sokoban", episodes=3, actions_per_turn=1, max_actions_per_turn=1, max_turns=4)
+    full = make_expert_data(tok, SFTConfig(**cfg))
+    windowed = make_expert_data(tok, SFTConfig(**cfg, context_window=0))
+    # the same episodes (same seeds, same expert), cut into one sample per answered turn
+    assert len(windowed) == sum(t.num_turns for t in full) > len(full)
+    for sample in windowed:
+        trained = tok.decode([i for i, m in zip(sample.input_ids, sample.response_mask) if m])
+        assert trained == sample.turns[sample.turn_index].response  # only this turn's reply
+        # the prompt holds one grid: no earlier turn's state or reply
+        assert tok.decode(sample.input_ids).count("<|im_start|>assistant") == 1
+
+
 def test_sft_loss_ignores_prompt_tokens(tiny_model_dir):
     model, tok = _load(tiny_model_dir)
     (traj,) = make_expert_data(tok, SFTConfig(env="bandit", episodes=1, max_turns=1))

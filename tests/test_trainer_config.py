@@ -83,6 +83,15 @@ def test_filter_minibatch_message_suggests_fix():
         )
 
 
+def test_windowed_context_counts_one_sample_per_turn_in_the_minibatch_check():
+    # context_window=0 is a real window (each turn its own sample), not "no window"
+    base = ["algo=starpo-s", "rollout.env_groups=4", "rollout.group_size=4"]
+    windowed = [*base, "rollout.max_turns=5", "algo.ppo_mini_batch_size=16"]
+    assert load_config([*windowed, "rollout.context_window=0"]).rollout.context_window == 0
+    with pytest.raises(ConfigError, match="keeps 4 trajectories"):
+        load_config(windowed)  # full history: 1 group x 4 samples < 16
+
+
 def test_cli_prints_config_and_reports_errors(capsys):
     from ragen.cli import main
 

@@ -49,6 +49,13 @@ def add_parser(subparsers) -> None:
         help="the limit the prompts state; match the RL run's rollout.max_actions_per_turn",
     )
     p.add_argument("--prompt-style", choices=["full", "compact"], default="full")
+    p.add_argument(
+        "--context-window",
+        type=int,
+        default=None,
+        help="turns of history in each prompt (0: the current state only; default: all); "
+        "match the RL run's rollout.context_window",
+    )
     p.add_argument("--no-think", action="store_true", help="answer-only format")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=run)
@@ -78,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         max_actions_per_turn=args.max_actions_per_turn,
         think=not args.no_think,
         prompt_style=args.prompt_style,
+        context_window=args.context_window,
         seed=args.seed,
     )
     run_sft(args.model, args.out, cfg)

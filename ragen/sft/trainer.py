@@ -45,6 +45,9 @@ class SFTConfig:
     max_actions_per_trajectory: int = 10
     think: bool = True
     prompt_style: str = "full"  # must match the RL run's rollout.prompt_style
+    # must match the RL run's rollout.context_window: None = full history in one sample;
+    # k = each turn its own sample, prompted with the last k turns (0: the current state only)
+    context_window: int | None = None
     only_successful: bool = False  # keep only episodes the (noisy) expert solved
 
 
@@ -70,6 +73,7 @@ def make_expert_data(tokenizer, cfg: SFTConfig) -> list[Trajectory]:
         think=cfg.think,
         seed=cfg.seed,
         prompt_style=cfg.prompt_style,
+        context_window=cfg.context_window,
     )
     policy = OraclePolicy(
         actions_per_turn=cfg.actions_per_turn,

@@ -355,7 +355,7 @@ def validate(cfg: DictConfig) -> None:
         kept_groups = max(1, math.ceil(a.filter.value * r.env_groups))
     elif a.filter.strategy == "top_k":
         kept_groups = min(int(a.filter.value), r.env_groups)
-    kept = kept_groups * r.group_size * (r.max_turns if r.context_window else 1)
+    kept = kept_groups * r.group_size * (r.max_turns if r.context_window is not None else 1)
     if a.filter.strategy != "min_std" and kept < a.ppo_mini_batch_size:
         _fail(
             "algo.ppo_mini_batch_size",
