@@ -13,6 +13,7 @@ and the RL gain (after RL - warm start), and writes the same table to
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 from pathlib import Path
 
@@ -36,6 +37,9 @@ def main() -> None:
     p.add_argument("--envs", nargs="+", default=list(DEFAULT_ENVS))
     p.add_argument("--budget", choices=sorted(BUDGETS), default="full")
     p.add_argument("--out", default="runs/bench_learning")
+    p.add_argument(
+        "--jobs", type=int, default=None, help="envs side by side (default: as `make demo`)"
+    )
     p.add_argument("--skip-existing", action="store_true", help="reuse seeds whose results exist")
     args = p.parse_args()
     per_seed = {}
@@ -46,7 +50,8 @@ def main() -> None:
             args.skip_existing
             and all(env in demo.results and COLUMNS[2] in demo.results[env] for env in args.envs)
         ):
-            demo.run(list(STAGES))
+            jobs = args.jobs or min(len(args.envs), os.cpu_count() or 1)
+            demo.run(list(STAGES), jobs=jobs)
         per_seed[seed] = demo.results
     lines = [
         f"seeds: {args.seeds}; budget: {args.budget}",

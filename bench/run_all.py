@@ -15,7 +15,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-LEARNING_RUNS = ("bench_learning", "bench_echo_trap", "bench_smollm2", "bench_sft_grid")
+LEARNING_RUNS = (
+    "bench_learning",
+    "bench_echo_trap",
+    "bench_smollm2",
+    "bench_sft_grid",
+    "bench_grid_warmstart",
+)
 
 
 def main(argv: list[str]) -> int:

@@ -17,11 +17,13 @@ Stages (each can be re-run alone with ``--stage``; results accumulate in
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 DEFAULT_ENVS = ("bandit", "frozen_lake", "sokoban")
 STAGES = ("tiny", "sft", "rl", "eval", "report")
@@ -326,12 +328,37 @@ class Demo:
                 self.save_results()  # each env's numbers are kept as soon as it finishes
 
 
+class _EnvTaggedStream(io.TextIOBase):
+    """A worker's stdout: each whole line gets its env's tag, so the interleaved output of
+    side-by-side envs stays readable. Not a terminal, so no live display fights another."""
+
+    def __init__(self, stream: Any, tag: str) -> None:
+        self.stream, self.tag, self._partial = stream, tag, ""
+
+    def write(self, text: str) -> int:
+        lines = (self._partial + text).split("\n")
+        self._partial = lines.pop()
+        for line in lines:  # the demo's own messages already name their env
+            self.stream.write(f"{line}\n" if self.tag.strip() in line else f"{self.tag}{line}\n")
+        self.stream.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+
 def _env_worker(
     out: Path, budget: Budget, envs: list[str], seed: int, env: str, stages: list[str], threads: int
 ) -> dict:
     """One env's pipeline in a worker process (module-level so that it pickles)."""
     import torch
 
+    # a pool worker runs several envs one after another: tag with this one only
+    stream = sys.stdout.stream if isinstance(sys.stdout, _EnvTaggedStream) else sys.stdout
+    sys.stdout = _EnvTaggedStream(stream, f"[{env}] ")
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
     demo = Demo(out, budget, envs, seed)

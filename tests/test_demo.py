@@ -27,3 +27,21 @@ def test_demo_toy_budget_end_to_end(tmp_path, capsys):
     assert "| bandit |" in capsys.readouterr().out
     # a single stage re-runs alone
     assert main(["--budget", "toy", "--out", str(out), "--env", "bandit", "--stage", "report"]) == 0
+
+
+def test_worker_output_is_tagged_with_its_env_once_per_line():
+    import io
+
+    from ragen.demo import _EnvTaggedStream
+
+    out = io.StringIO()
+    tagged = _EnvTaggedStream(out, "[sokoban] ")
+    print("sft step 1/10", file=tagged)
+    tagged.write("partial ")
+    tagged.write("line\n[demo 00:00:00] [sokoban] already tagged\n")
+    assert out.getvalue().splitlines() == [
+        "[sokoban] sft step 1/10",
+        "[sokoban] partial line",
+        "[demo 00:00:00] [sokoban] already tagged",
+    ]
+    assert not tagged.isatty()  # so the trainer prints plain lines, no live display
