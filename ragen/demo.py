@@ -83,6 +83,11 @@ class Budget:
     rl_steps: dict[str, int] = field(
         default_factory=lambda: {"bandit": 40, "frozen_lake": 40, "sokoban": 40}
     )
+    # actor lr per env (unset: the tiny preset's 3e-4). On the grids 3e-4 collapsed one
+    # Sokoban seed in three (success 0 within 10 steps, docs/RESULTS.md); 1e-4 holds.
+    actor_lr: dict[str, float] = field(
+        default_factory=lambda: {"frozen_lake": 1e-4, "sokoban": 1e-4}
+    )
     # many distinct initial states per step (the paper's finding 5: diversity helps)
     env_groups: int = 16
     group_size: int = 4
@@ -215,6 +220,7 @@ class Demo:
             f"rollout.env_groups={b.env_groups}",
             f"rollout.group_size={b.group_size}",
             f"algo.ppo_mini_batch_size={self.mini_batch_size(env)}",
+            *([f"model.actor_lr={b.actor_lr[env]}"] if env in b.actor_lr else []),
             f"trainer.total_steps={steps}",
             f"trainer.val_every={max(1, steps // 4)}",
             f"trainer.val_groups={b.val_groups}",
