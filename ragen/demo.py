@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -123,14 +124,24 @@ BUDGETS = {
 
 
 class Demo:
-    def __init__(self, out: Path, budget: Budget, envs: list[str], seed: int = 0):
+    def __init__(
+        self,
+        out: Path,
+        budget: Budget,
+        envs: list[str],
+        seed: int = 0,
+        results: dict | None = None,
+    ):
         self.out, self.budget, self.envs, self.seed = out, budget, envs, seed
         self.out.mkdir(parents=True, exist_ok=True)
         self.persist = True  # False in worker processes: their parent writes results.json
         self.results_path = out / "results.json"
-        self.results = (
-            json.loads(self.results_path.read_text()) if self.results_path.exists() else {}
-        )
+        if results is not None:  # given by the parent process
+            self.results = results
+        else:
+            self.results = (
+                json.loads(self.results_path.read_text()) if self.results_path.exists() else {}
+            )
 
     # -- helpers ---------------------------------------------------------------------
     def log(self, msg: str) -> None:
@@ -139,7 +150,10 @@ class Demo:
     def save_results(self) -> None:
         if not self.persist:
             return
-        self.results_path.write_text(json.dumps(self.results, indent=2, sort_keys=True))
+        # write-then-rename: a reader never sees a half-written file
+        tmp = self.results_path.with_name(self.results_path.name + ".tmp")
+        tmp.write_text(json.dumps(self.results, indent=2, sort_keys=True))
+        os.replace(tmp, self.results_path)
 
     @property
     def tiny_dir(self) -> Path:
@@ -314,24 +328,44 @@ class Demo:
 
     def _run_envs_in_processes(self, stages: list[str], jobs: int) -> None:
         import multiprocessing
-        import os
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
         jobs = min(jobs, len(self.envs))
         threads = max(1, (os.cpu_count() or 1) // jobs)
         self.log(f"running {len(self.envs)} envs, {jobs} at a time ({threads} thread(s) each)")
         ctx = multiprocessing.get_context("spawn")  # a clean torch in every worker
+        failed: dict[str, BaseException] = {}
         with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
             futures = {
                 pool.submit(
-                    _env_worker, self.out, self.budget, self.envs, self.seed, env, stages, threads
+                    _env_worker,
+                    self.out,
+                    self.budget,
+                    self.envs,
+                    self.seed,
+                    env,
+                    stages,
+                    threads,
+                    self.results.get(env, {}),  # workers never read results.json
                 ): env
                 for env in self.envs
             }
             for future in as_completed(futures):
-                # result() re-raises a worker's error here, naming the env in its traceback
-                self.results[futures[future]] = future.result()
+                env = futures[future]
+                try:
+                    self.results[env] = future.result()
+                except Exception as err:  # keep the other envs going and their numbers
+                    failed[env] = err
+                    self.log(f"[{env}] FAILED: {type(err).__name__}: {err}")
+                    continue
                 self.save_results()  # each env's numbers are kept as soon as it finishes
+        if failed:
+            names = ", ".join(sorted(failed))
+            raise RuntimeError(
+                f"the demo failed for {names} (the other envs' results are in "
+                f"{self.results_path}); fix the error above and re-run only those: "
+                + " ".join(f"--env {e}" for e in sorted(failed))
+            ) from next(iter(failed.values()))
 
 
 class _EnvTaggedStream(io.TextIOBase):
@@ -357,7 +391,14 @@ class _EnvTaggedStream(io.TextIOBase):
 
 
 def _env_worker(
-    out: Path, budget: Budget, envs: list[str], seed: int, env: str, stages: list[str], threads: int
+    out: Path,
+    budget: Budget,
+    envs: list[str],
+    seed: int,
+    env: str,
+    stages: list[str],
+    threads: int,
+    results: dict,
 ) -> dict:
     """One env's pipeline in a worker process (module-level so that it pickles)."""
     import torch
@@ -367,7 +408,7 @@ def _env_worker(
     sys.stdout = _EnvTaggedStream(stream, f"[{env}] ")
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
-    demo = Demo(out, budget, envs, seed)
+    demo = Demo(out, budget, envs, seed, results={env: results} if results else {})
     demo.persist = False  # the parent process owns results.json
     return demo.run_env(env, stages)
 
@@ -399,7 +440,6 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     torch.manual_seed(args.seed)
-    import os
 
     envs = args.env or list(DEFAULT_ENVS)
     demo = Demo(Path(args.out), BUDGETS[args.budget], envs, args.seed)

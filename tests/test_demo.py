@@ -1,6 +1,9 @@
 """The whole demo pipeline at a toy budget: every stage runs and leaves its artifacts."""
 
 import json
+import shutil
+
+import pytest
 
 from ragen.demo import main
 
@@ -27,6 +30,15 @@ def test_demo_toy_budget_end_to_end(tmp_path, capsys):
     assert "| bandit |" in capsys.readouterr().out
     # a single stage re-runs alone
     assert main(["--budget", "toy", "--out", str(out), "--env", "bandit", "--stage", "report"]) == 0
+    # one env failing in its worker loses neither the other env's work nor earlier results
+    shutil.rmtree(out / "sokoban" / "sft")
+    before = results["sokoban"]
+    with pytest.raises(RuntimeError, match="failed for sokoban") as err:
+        main([*argv, "--stage", "rl", "--stage", "eval", "--jobs", "2"])
+    assert "run the 'sft' stage first" in str(err.value.__cause__)
+    after = json.loads((out / "results.json").read_text())
+    assert set(after["bandit"]) == set(results["bandit"])  # bandit re-ran and was saved
+    assert after["sokoban"] == before  # untouched
 
 
 def test_worker_output_is_tagged_with_its_env_once_per_line():
