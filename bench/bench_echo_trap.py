@@ -60,9 +60,7 @@ def main() -> None:
             if not (run_dir / "metrics.jsonl").exists():
                 groups, size = budget.env_groups, budget.group_size
                 kept = groups * size // 4 if algo == "starpo-s" else groups * size
-                shape = ENV_SHAPE[args.env]
-                if shape.context_window is not None:  # windowed: one sample per turn
-                    kept *= shape.max_turns
+                kept *= ENV_SHAPE[args.env].samples_per_episode  # windowed: one per turn
                 cfg = load_config(
                     [
                         *rollout_overrides(args.env),

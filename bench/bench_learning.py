@@ -13,11 +13,10 @@ and the RL gain (after RL - warm start), and writes the same table to
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 from pathlib import Path
 
-from ragen.demo import BUDGETS, DEFAULT_ENVS, STAGES, Demo
+from ragen.demo import BUDGETS, DEFAULT_ENVS, STAGES, Demo, default_jobs
 
 COLUMNS = ["random", "warm start (SFT)", "after RL (StarPO-S)", "oracle"]
 
@@ -50,8 +49,7 @@ def main() -> None:
             args.skip_existing
             and all(env in demo.results and COLUMNS[2] in demo.results[env] for env in args.envs)
         ):
-            jobs = args.jobs or min(len(args.envs), os.cpu_count() or 1)
-            demo.run(list(STAGES), jobs=jobs)
+            demo.run(list(STAGES), jobs=args.jobs or default_jobs(len(args.envs)))
         per_seed[seed] = demo.results
     lines = [
         f"seeds: {args.seeds}; budget: {args.budget}",

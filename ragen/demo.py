@@ -38,6 +38,11 @@ class EnvShape:
     actions_per_turn: int  # the expert's, and the limit the prompt states
     context_window: int | None  # None: the whole history in one sample; 0: current state only
 
+    @property
+    def samples_per_episode(self) -> int:
+        """Training samples an episode can give: one, or one per turn when windowed."""
+        return self.max_turns if self.context_window is not None else 1
+
 
 # FrozenLake and Sokoban are fully observed: the current grid is the whole state, so each
 # turn is prompted with it alone (context_window=0). A 1M-parameter model learns to read
@@ -134,7 +139,8 @@ class Demo:
     ):
         self.out, self.budget, self.envs, self.seed = out, budget, envs, seed
         self.out.mkdir(parents=True, exist_ok=True)
-        self.persist = True  # False in worker processes: their parent writes results.json
+        # a Demo handed its results (a worker process) leaves results.json to its parent
+        self.persist = results is None
         self.results_path = out / "results.json"
         if results is not None:  # given by the parent process
             self.results = results
@@ -209,11 +215,10 @@ class Demo:
     def mini_batch_size(self, env: str) -> int:
         """Samples per optimizer step: by default all StarPO-S keeps (a quarter of the
         step's episodes; windowed envs: their turns), one optimizer step per training step."""
-        b, shape = self.budget, ENV_SHAPE[env]
+        b = self.budget
         if env in b.ppo_mini_batch_size:
             return b.ppo_mini_batch_size[env]
-        per_episode = shape.max_turns if shape.context_window is not None else 1
-        return max(1, b.env_groups * b.group_size // 4) * per_episode
+        return max(1, b.env_groups * b.group_size // 4) * ENV_SHAPE[env].samples_per_episode
 
     def stage_rl(self, env: str) -> None:
         import shutil
@@ -341,7 +346,6 @@ class Demo:
                     _env_worker,
                     self.out,
                     self.budget,
-                    self.envs,
                     self.seed,
                     env,
                     stages,
@@ -393,7 +397,6 @@ class _EnvTaggedStream(io.TextIOBase):
 def _env_worker(
     out: Path,
     budget: Budget,
-    envs: list[str],
     seed: int,
     env: str,
     stages: list[str],
@@ -408,9 +411,13 @@ def _env_worker(
     sys.stdout = _EnvTaggedStream(stream, f"[{env}] ")
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
-    demo = Demo(out, budget, envs, seed, results={env: results} if results else {})
-    demo.persist = False  # the parent process owns results.json
+    demo = Demo(out, budget, [env], seed, results={env: results} if results else {})
     return demo.run_env(env, stages)
+
+
+def default_jobs(num_envs: int) -> int:
+    """One env per CPU core, at most one process per env."""
+    return max(1, min(num_envs, os.cpu_count() or 1))
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -443,7 +450,7 @@ def run(args: argparse.Namespace) -> int:
 
     envs = args.env or list(DEFAULT_ENVS)
     demo = Demo(Path(args.out), BUDGETS[args.budget], envs, args.seed)
-    jobs = args.jobs if args.jobs is not None else min(len(envs), os.cpu_count() or 1)
+    jobs = args.jobs if args.jobs is not None else default_jobs(len(envs))
     if jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {jobs}")
     demo.run(args.stage or list(STAGES), jobs=jobs)
