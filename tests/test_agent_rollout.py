@@ -220,6 +220,24 @@ def test_window_rollout_makes_one_sample_per_turn():
     assert metrics["episodes"] == 2 and metrics["mean_turns"] == 3
 
 
+def test_window_samples_are_credited_with_their_reward_to_go():
+    policy, _ = _scripted(lambda p, c, r: "<think>go</think><answer>left</answer>")
+    m = EnvStateManager(LINE, env_groups=2, group_size=1)
+    res = run_rollout(policy, m, _config(max_turns=4, context_window=0), [0, 1])
+    by_episode = {}
+    for t in res.trajectories:
+        by_episode.setdefault(t.episode_id, []).append(t)
+    credits = []
+    for samples in by_episode.values():
+        paid = [x.reward for x in samples[0].turns]
+        # turn k is credited with what the episode earned from turn k on
+        expect = [sum(paid[k:]) for k in range(len(paid))]
+        assert [s.reward_to_go for s in samples] == pytest.approx(expect)
+        assert samples[0].reward_to_go == pytest.approx(samples[0].episode_reward)
+        credits += expect
+    assert len(set(round(c, 6) for c in credits)) > 2  # the check above is not vacuous
+
+
 # -- reference policies -----------------------------------------------------------------
 def test_oracle_solves_and_its_samples_are_token_exact():
     tok = tiny_tokenizer("chatml")

@@ -4,6 +4,7 @@ import torch
 
 from ragen.agent.trajectory import Trajectory
 from ragen.trainer.batching import (
+    baseline_groups,
     collate,
     padding_fraction,
     place_rewards,
@@ -58,3 +59,24 @@ def test_micro_batches_respect_budget_and_cover_all():
 def test_padding_fraction_exact():
     assert padding_fraction([4, 2], [[0, 1]]) == 1 - 6 / 8
     assert padding_fraction([4, 2], [[0], [1]]) == 0.0
+
+
+def _turn_sample(group_id, turn_index, to_go):
+    t = _traj([1, 2, 3], [0, 1, 1], [2], [0.0], episode_reward=5.0)
+    t.group_id, t.turn_index, t.reward_from_turn = group_id, turn_index, to_go
+    return t
+
+
+def test_baseline_groups_full_history_by_initial_state():
+    samples = [_traj([1, 2], [0, 1], [1], [0.0]) for _ in range(4)]
+    for t, g in zip(samples, [3, 3, 7, 3]):
+        t.group_id = g
+    assert baseline_groups(samples).tolist() == [0, 0, 1, 0]
+    assert [t.reward_to_go for t in samples] == [0.0] * 4  # = episode_reward
+
+
+def test_baseline_groups_windowed_by_initial_state_and_turn():
+    samples = [_turn_sample(0, 0, 2.0), _turn_sample(0, 1, 1.5), _turn_sample(0, 0, -1.0)]
+    samples += [_turn_sample(1, 0, 0.0)]
+    assert baseline_groups(samples).tolist() == [0, 1, 0, 2]
+    assert [t.reward_to_go for t in samples] == [2.0, 1.5, -1.0, 0.0]

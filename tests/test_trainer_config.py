@@ -49,6 +49,7 @@ def test_env_name_without_preset_and_model_path():
         (["algo=starpo-z"], "starpo-s"),  # unknown preset -> suggestion
         (["env=sokobn"], "env.name"),
         (["algo=trico", "algo.reward_placement=trajectory"], "algo.reward_placement"),
+        (["algo=trico", "rollout.context_window=1"], "algo.reward_placement"),
         (["algo=starpo", "algo.use_critic=false"], "algo.use_critic"),
         (
             [

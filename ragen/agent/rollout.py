@@ -381,11 +381,12 @@ def _build_trajectories(ep: _Episode, manager: EnvStateManager, policy: Policy) 
     out = []
     for s in ep.ctx.samples():
         if ep.ctx.window is None:
-            rewards = _align_rewards(ep.turn_rewards, ep.turn_token_counts)
-        else:
-            has_ids = bool(s.turn_ends)
-            rewards = [ep.turn_rewards[s.turn_index]] if has_ids else []
-        out.append(_trajectory(s, rewards, facts))
+            out.append(_trajectory(s, _align_rewards(ep.turn_rewards, ep.turn_token_counts), facts))
+            continue
+        # windowed: one turn per sample; its credit is what the episode earned from then on
+        rewards = [ep.turn_rewards[s.turn_index]] if s.turn_ends else []
+        to_go = float(sum(ep.turn_rewards[s.turn_index :]))
+        out.append(_trajectory(s, rewards, {**facts, "reward_from_turn": to_go}))
     return out
 
 

@@ -60,6 +60,8 @@ class Trajectory:
     episode_id: int = 0  # unique per episode in a rollout batch
     turn_index: int = 0  # first turn this sample covers (0 for full history)
     episode_reward: float = 0.0  # sum of all turn rewards of the whole episode
+    # sum of the episode's turn rewards from ``turn_index`` on (None: ``episode_reward``)
+    reward_from_turn: float | None = None
     success: bool = False
     num_turns: int = 0
     num_actions: int = 0
@@ -76,6 +78,14 @@ class Trajectory:
     def reward(self) -> float:
         """Sum of this sample's turn rewards."""
         return float(sum(self.turn_rewards))
+
+    @property
+    def reward_to_go(self) -> float:
+        """What this sample's actions can still earn: the episode's rewards from its first
+        turn on. The whole episode reward for a full-history sample; for turn k of a
+        windowed episode, ``sum(turn_rewards[k:])`` over the episode's turns, since turn
+        k's reply cannot change rewards already paid in turns < k."""
+        return self.episode_reward if self.reward_from_turn is None else self.reward_from_turn
 
     @property
     def num_response_tokens(self) -> int:

@@ -53,6 +53,26 @@ def collate(trajectories: Sequence[Trajectory], pad_id: int) -> dict[str, torch.
     }
 
 
+def baseline_groups(trajectories: Sequence[Trajectory]) -> torch.Tensor:
+    """``(B,)`` long: the group each sample's baseline comes from (GRPO-style estimators,
+    ``norm_grouping=state``).
+
+    A full-history sample is grouped with the other episodes from its initial state
+    (``group_id``). A windowed sample (one turn, scored by its reward-to-go) is grouped
+    with the same turn of the other episodes from that initial state: reward-to-go
+    shrinks as an episode goes on, so turn 8's credit must not be measured against turn
+    0's. At turn 0 the group shares one state exactly; later, the same start and age.
+    """
+    keys: dict[tuple[int, int], int] = {}
+    ids = [
+        keys.setdefault(
+            (t.group_id, t.turn_index if t.reward_from_turn is not None else 0), len(keys)
+        )
+        for t in trajectories
+    ]
+    return torch.tensor(ids, dtype=torch.long)
+
+
 def place_rewards(
     trajectories: Sequence[Trajectory],
     scores: torch.Tensor,

@@ -321,6 +321,16 @@ def validate(cfg: DictConfig) -> None:
         _fail(
             "algo.reward_placement", f"unknown value {a.reward_placement!r}", "trajectory or turn"
         )
+    if a.reward_placement == "turn" and r.context_window is not None:
+        # a windowed sample holds one turn: per-turn credit inside it would never see the
+        # rewards of later turns (separate samples), silently making every turn myopic
+        _fail(
+            "algo.reward_placement",
+            "per-turn rewards need the whole episode in one sample, but rollout.context_window "
+            f"={r.context_window} makes every turn its own sample",
+            "drop rollout.context_window, or set algo.reward_placement=trajectory (each "
+            "windowed turn is then credited with its reward-to-go)",
+        )
     if a.reward_placement == "turn" and a.norm_grouping != "none":
         _fail(
             "algo.norm_grouping",

@@ -38,7 +38,13 @@ from ragen.envs.base import derive_seed
 from ragen.models.logprobs import sequence_logprobs
 
 from . import setup
-from .batching import collate, padding_fraction, place_rewards, token_budget_micro_batches
+from .batching import (
+    baseline_groups,
+    collate,
+    padding_fraction,
+    place_rewards,
+    token_budget_micro_batches,
+)
 from .config import to_dict, to_yaml
 
 
@@ -378,11 +384,16 @@ class StarPOTrainer:
 
     # -- batch preparation -----------------------------------------------------------
     def prepare_batch(self, trajectories: list[Trajectory]) -> dict[str, torch.Tensor]:
-        """Pad, normalize scores, place rewards; everything on ``self.device``."""
+        """Pad, normalize scores, place rewards; everything on ``self.device``.
+
+        A sample's score is its reward-to-go (the episode reward for a full-history
+        sample; from its own turn on for a windowed one), and its baseline group is
+        :func:`baseline_groups`.
+        """
         a = self.cfg.algo
         batch = collate(trajectories, self.pad_id)
-        scores = torch.tensor([tr.episode_reward for tr in trajectories], dtype=torch.float32)
-        index = torch.tensor([tr.group_id for tr in trajectories], dtype=torch.long)
+        scores = torch.tensor([tr.reward_to_go for tr in trajectories], dtype=torch.float32)
+        index = baseline_groups(trajectories)
         if a.reward_placement == "trajectory":
             scores = algo.normalize_scores(
                 scores, index, grouping=a.norm_grouping, method=a.norm_method
