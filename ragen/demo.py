@@ -340,7 +340,12 @@ class Demo:
         self.log(f"running {len(self.envs)} envs, {jobs} at a time ({threads} thread(s) each)")
         ctx = multiprocessing.get_context("spawn")  # a clean torch in every worker
         failed: dict[str, BaseException] = {}
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        with ProcessPoolExecutor(
+            max_workers=jobs,
+            mp_context=ctx,
+            initializer=exit_with_parent,
+            initargs=(os.getpid(),),
+        ) as pool:
             futures = {
                 pool.submit(
                     _env_worker,
@@ -392,6 +397,23 @@ class _EnvTaggedStream(io.TextIOBase):
 
     def isatty(self) -> bool:
         return False
+
+
+def exit_with_parent(parent_pid: int, every_s: float = 0.5) -> None:
+    """End this (worker) process soon after its parent dies.
+
+    A parent stopped by Ctrl-C shuts its pool down, but one killed by SIGTERM or SIGKILL
+    cannot, and its spawned workers would train on unseen, holding the cores. A daemon
+    thread notices the parent is gone (this process gets a new parent) and exits.
+    """
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(every_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 def _env_worker(

@@ -57,3 +57,50 @@ def test_worker_output_is_tagged_with_its_env_once_per_line():
         "[demo 00:00:00] [sokoban] already tagged",
     ]
     assert not tagged.isatty()  # so the trainer prints plain lines, no live display
+
+
+_ORPHAN_SCRIPT = """
+import multiprocessing, os, sys, time
+from ragen.demo import exit_with_parent
+
+def child(parent):
+    exit_with_parent(parent, every_s=0.05)
+    time.sleep(60)
+
+if __name__ == "__main__":
+    p = multiprocessing.get_context("spawn").Process(target=child, args=(os.getpid(),))
+    p.start()
+    print(p.pid, flush=True)
+    time.sleep(60)
+"""
+
+
+def test_workers_exit_when_the_demo_is_killed(tmp_path):
+    # SIGKILL gives the parent no chance to shut its pool down: the workers must notice
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "parent.py"
+    script.write_text(_ORPHAN_SCRIPT)
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+
+    def alive(pid: int) -> bool:
+        try:
+            status = open(f"/proc/{pid}/status").read()
+        except FileNotFoundError:
+            return False
+        return "State:\tZ" not in status  # a zombie has already exited
+
+    deadline = time.monotonic() + 20
+    while alive(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    still_alive = alive(child)
+    if still_alive:
+        os.kill(child, signal.SIGKILL)
+    assert not still_alive, "the worker outlived its killed parent"
