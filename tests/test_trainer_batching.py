@@ -1,5 +1,6 @@
 """Collation, reward placement and token-budget micro-batching."""
 
+import pytest
 import torch
 
 from ragen.agent.trajectory import Trajectory
@@ -80,3 +81,24 @@ def test_baseline_groups_windowed_by_initial_state_and_turn():
     samples += [_turn_sample(1, 0, 0.0)]
     assert baseline_groups(samples).tolist() == [0, 1, 0, 2]
     assert [t.reward_to_go for t in samples] == [2.0, 1.5, -1.0, 0.0]
+
+
+def test_baseline_groups_windowed_by_observed_state():
+    from ragen.agent.trajectory import TurnRecord
+
+    def turn(obs):
+        return TurnRecord(obs, "", "", [], [], 0.0, True, 0.0, False)
+
+    # two episodes of one room: A -> B -> A and A -> C; and another room that also shows A
+    ep1, ep2, other = [turn("A"), turn("B"), turn("A")], [turn("A"), turn("C")], [turn("A")]
+    samples = [_turn_sample(0, k, 0.0) for k in range(3)] + [
+        _turn_sample(0, k, 0.0) for k in range(2)
+    ]
+    samples.append(_turn_sample(1, 0, 0.0))
+    for t, turns in zip(samples, [ep1] * 3 + [ep2] * 2 + [other]):
+        t.turns = turns
+    # every visit of A in room 0 shares one baseline; B and C are alone; room 1 is apart
+    assert baseline_groups(samples, "state").tolist() == [0, 1, 0, 0, 2, 3]
+    assert baseline_groups(samples, "turn").tolist() == [0, 1, 2, 0, 1, 3]
+    with pytest.raises(ValueError, match="turn or state"):
+        baseline_groups(samples, "episode")

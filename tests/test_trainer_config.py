@@ -50,6 +50,7 @@ def test_env_name_without_preset_and_model_path():
         (["env=sokobn"], "env.name"),
         (["algo=trico", "algo.reward_placement=trajectory"], "algo.reward_placement"),
         (["algo=trico", "rollout.context_window=1"], "algo.reward_placement"),
+        (["algo.turn_baseline=episode"], "algo.turn_baseline"),
         (["algo=starpo", "algo.use_critic=false"], "algo.use_critic"),
         (
             [

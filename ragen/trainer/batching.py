@@ -53,23 +53,40 @@ def collate(trajectories: Sequence[Trajectory], pad_id: int) -> dict[str, torch.
     }
 
 
-def baseline_groups(trajectories: Sequence[Trajectory]) -> torch.Tensor:
+TURN_BASELINES = ("turn", "state")
+
+
+def baseline_groups(
+    trajectories: Sequence[Trajectory], turn_baseline: str = "turn"
+) -> torch.Tensor:
     """``(B,)`` long: the group each sample's baseline comes from (GRPO-style estimators,
     ``norm_grouping=state``).
 
     A full-history sample is grouped with the other episodes from its initial state
-    (``group_id``). A windowed sample (one turn, scored by its reward-to-go) is grouped
-    with the same turn of the other episodes from that initial state: reward-to-go
-    shrinks as an episode goes on, so turn 8's credit must not be measured against turn
-    0's. At turn 0 the group shares one state exactly; later, the same start and age.
+    (``group_id``). A windowed sample (one turn, scored by its reward-to-go) is grouped,
+    within its initial state's episodes, with
+
+    * ``turn``: the same turn of the other episodes. Reward-to-go shrinks as an episode
+      goes on, so turn 8's credit must not be measured against turn 0's. At turn 0 the
+      group shares one state exactly; later, only the same start and age.
+    * ``state``: every turn, of any of those episodes, that answered the same
+      observation (GiGPO's anchor states, Feng et al. 2025): the moves made from one
+      state are compared with each other, so a move's advantage is about the move. A
+      state met only once is its own group (a zero advantage under GRPO/Dr.GRPO). Needs
+      a fully observed env whose observation text is the state (the grids).
     """
-    keys: dict[tuple[int, int], int] = {}
-    ids = [
-        keys.setdefault(
-            (t.group_id, t.turn_index if t.reward_from_turn is not None else 0), len(keys)
-        )
-        for t in trajectories
-    ]
+    if turn_baseline not in TURN_BASELINES:
+        raise ValueError(f"unknown turn baseline {turn_baseline!r}: use turn or state")
+    keys: dict[tuple[int, object], int] = {}
+    ids = []
+    for t in trajectories:
+        if t.reward_from_turn is None:  # full history (or not windowed)
+            key: tuple[int, object] = (t.group_id, None)
+        elif turn_baseline == "state":
+            key = (t.group_id, t.turns[t.turn_index].observation)
+        else:
+            key = (t.group_id, t.turn_index)
+        ids.append(keys.setdefault(key, len(keys)))
     return torch.tensor(ids, dtype=torch.long)
 
 

@@ -119,6 +119,9 @@ class AlgoConfig:
     norm_grouping: str = "none"  # reward normalization before advantages: none | state | batch
     norm_method: str = "identity"  # identity | mean_std | mean | asym_clip
     whiten_advantages: bool = False
+    # windowed turns: baseline from the same turn index of the group's episodes (turn) or
+    # from every turn that saw the same observation (state); see trainer.batching
+    turn_baseline: str = "turn"
     gamma: float = 1.0
     lam: float = 1.0
     gamma_turn: float = 0.95
@@ -317,6 +320,8 @@ def validate(cfg: DictConfig) -> None:
             f"{a.adv_estimator} assigns credit per turn and needs turn rewards at turn ends",
             "set algo.reward_placement=turn (the trico preset does)",
         )
+    if a.turn_baseline not in ("turn", "state"):
+        _fail("algo.turn_baseline", f"unknown value {a.turn_baseline!r}", "turn or state")
     if a.reward_placement not in ("trajectory", "turn"):
         _fail(
             "algo.reward_placement", f"unknown value {a.reward_placement!r}", "trajectory or turn"

@@ -351,6 +351,9 @@ class StarPOTrainer:
             )
             return {**metrics, **timing, "actor/skipped_steps": 1.0}
         batch = self.prepare_batch(kept)
+        # how many samples have someone to be compared with (a group of one: no baseline)
+        counts = torch.bincount(batch["index"])
+        metrics["actor/baseline_shared_frac"] = float((counts[batch["index"]] > 1).float().mean())
         timing["timing/prepare"] = time.perf_counter() - tic
 
         # The engine keeps per-row KV caches between turns; free them before the update
@@ -393,7 +396,7 @@ class StarPOTrainer:
         a = self.cfg.algo
         batch = collate(trajectories, self.pad_id)
         scores = torch.tensor([tr.reward_to_go for tr in trajectories], dtype=torch.float32)
-        index = baseline_groups(trajectories)
+        index = baseline_groups(trajectories, a.turn_baseline)
         if a.reward_placement == "trajectory":
             scores = algo.normalize_scores(
                 scores, index, grouping=a.norm_grouping, method=a.norm_method
