@@ -293,6 +293,7 @@ def validate(cfg: DictConfig) -> None:
     """Reject impossible combinations early, naming the key and the fix."""
     from ragen import algo as algo_lib
     from ragen import envs
+    from ragen.trainer.batching import TURN_BASELINES
 
     a, r, t = cfg.algo, cfg.rollout, cfg.trainer
     if cfg.env.name not in envs.names():
@@ -320,8 +321,10 @@ def validate(cfg: DictConfig) -> None:
             f"{a.adv_estimator} assigns credit per turn and needs turn rewards at turn ends",
             "set algo.reward_placement=turn (the trico preset does)",
         )
-    if a.turn_baseline not in ("turn", "state"):
-        _fail("algo.turn_baseline", f"unknown value {a.turn_baseline!r}", "turn or state")
+    if a.turn_baseline not in TURN_BASELINES:
+        _fail(
+            "algo.turn_baseline", f"unknown value {a.turn_baseline!r}", " or ".join(TURN_BASELINES)
+        )
     if a.reward_placement not in ("trajectory", "turn"):
         _fail(
             "algo.reward_placement", f"unknown value {a.reward_placement!r}", "trajectory or turn"
