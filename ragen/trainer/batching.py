@@ -54,6 +54,9 @@ def collate(trajectories: Sequence[Trajectory], pad_id: int) -> dict[str, torch.
 
 
 TURN_BASELINES = ("turn", "state")
+# which tokens take part in masked_gae's recursion (M_adv): the sampled ids, or the sampled
+# ids plus the template tokens that close each assistant turn (e.g. ``<|im_end|>``)
+ADVANTAGE_TOKENS = ("response", "response_and_turn_end")
 
 
 def baseline_groups(

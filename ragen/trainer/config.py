@@ -145,6 +145,15 @@ class AlgoConfig:
     skip_grad_norm_above: float | None = (
         None  # skip the optimizer step when the grad norm exceeds this
     )
+    # seq-mean-token-sum-norm (Dr.GRPO) divides by this constant; None: the response
+    # budget of one sample (rollout.max_new_tokens x turns per sample)
+    loss_norm_constant: int | None = None
+    # critic estimators bootstrap V(s_end) where the return continues; the turn and action
+    # budgets count as termination when true (our prompts show what is left of them, so
+    # the budget is part of the state)
+    budget_is_terminal: bool = True
+    # tokens the GAE recursion of masked_gae runs over (M_adv): response | response_and_turn_end
+    advantage_tokens: str = "response"
 
 
 @dataclass
