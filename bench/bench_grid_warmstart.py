@@ -49,13 +49,13 @@ def decision_accuracy(model, tokenizer, env: str, max_turns: int) -> dict[str, f
         seed=1,  # the warm start's data come from seed 0's range
     )
     batch = collate(make_expert_data(tokenizer, cfg), tokenizer.pad_token_id)
-    ids = batch["input_ids"]
+    ids = batch.input_ids
     before = torch.nn.functional.pad(ids[:, :-1], (1, 0), value=tokenizer.pad_token_id)
     is_id = tokenizer.encode(" is", add_special_tokens=False)[0]
-    rows, cols = ((batch["response_mask"] > 0) & (before == is_id)).nonzero(as_tuple=True)
+    rows, cols = ((batch.response_mask > 0) & (before == is_id)).nonzero(as_tuple=True)
     move_ids = [tokenizer.encode(" " + m, add_special_tokens=False)[0] for m in MOVES]
     with torch.no_grad():
-        logits = model(input_ids=ids, attention_mask=batch["attention_mask"]).logits
+        logits = model(input_ids=ids, attention_mask=batch.attention_mask).logits
     scores = logits[rows, cols - 1][:, move_ids]  # (decisions, 4): the logits that pick it
     target = torch.tensor([move_ids.index(int(t)) for t in ids[rows, cols]])
     return {

@@ -45,7 +45,7 @@ def main() -> None:
         prompt_style="compact",
     )
     batch = collate(make_expert_data(tok, cfg), tok.pad_token_id)
-    ids, attn, mask = batch["input_ids"], batch["attention_mask"], batch["response_mask"]
+    ids, attn, mask = batch.input_ids, batch.attention_mask, batch.response_mask
     model.train()
 
     def run(positions) -> float:

@@ -65,17 +65,15 @@ def main() -> None:
     are_id = tok.encode(" are", add_special_tokens=False)[0]
     pad = tok.pad_token_id
     test = collate(held_out, pad)
-    mask = test["response_mask"]
-    prev = torch.nn.functional.pad(test["input_ids"][:, :-1], (1, 0), value=pad)
+    mask = test.response_mask
+    prev = torch.nn.functional.pad(test.input_ids[:, :-1], (1, 0), value=pad)
     decision = mask * (prev == are_id)
     copy = mask * (prev == answer_id)
 
     def evaluate() -> dict[str, float]:
         model.eval()
         with torch.no_grad():
-            lp, _ = sequence_logprobs(
-                model, test["input_ids"], test["attention_mask"], positions=mask
-            )
+            lp, _ = sequence_logprobs(model, test.input_ids, test.attention_mask, positions=mask)
         model.train()
         nll = -lp
         return {
@@ -100,8 +98,8 @@ def main() -> None:
         if step == args.steps:
             break
         b = collate(rng.sample(train, args.batch), pad)
-        m = b["response_mask"]
-        lp, _ = sequence_logprobs(model, b["input_ids"], b["attention_mask"], positions=m)
+        m = b.response_mask
+        lp, _ = sequence_logprobs(model, b.input_ids, b.attention_mask, positions=m)
         (-(lp * m).sum() / m.sum()).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()

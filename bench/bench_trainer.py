@@ -23,10 +23,10 @@ from pathlib import Path
 import torch
 
 
-def bare_update(actor, critic, batch: dict[str, torch.Tensor], n_optimizer_steps: int) -> float:
+def bare_update(actor, critic, batch, n_optimizer_steps: int) -> float:
     """Seconds for fwd+bwd+AdamW on the same real tokens, padding-free, actor + critic."""
-    ids = batch["input_ids"][batch["attention_mask"].bool()]  # all real tokens, flattened
-    row = int(batch["lengths"].float().mean())  # typical sequence length
+    ids = batch.input_ids[batch.attention_mask.bool()]  # all real tokens, flattened
+    row = int(batch.lengths.float().mean())  # typical sequence length
     n_rows = max(1, ids.numel() // row)
     dense = ids[: n_rows * row].view(n_rows, row)
     per_step = max(1, n_rows // n_optimizer_steps)
@@ -103,10 +103,10 @@ def main() -> None:
                 + "".join(f"{h.get('timing/' + ph, float('nan')):>9.2f}s" for h in history)
             )
         batch = captured["batch"]
-        tokens = float(batch["attention_mask"].sum())
-        n_mb = -(-batch["input_ids"].shape[0] // cfg.algo.ppo_mini_batch_size) * cfg.algo.ppo_epochs
+        tokens = float(batch.attention_mask.sum())
+        n_mb = -(-batch.input_ids.shape[0] // cfg.algo.ppo_mini_batch_size) * cfg.algo.ppo_epochs
         print(
-            f"\nupdate phase: {int(tokens)} real tokens, {batch['input_ids'].shape[0]} samples, "
+            f"\nupdate phase: {int(tokens)} real tokens, {batch.input_ids.shape[0]} samples, "
             f"padding fraction {last['perf/padding_fraction']:.3f}, {n_mb} optimizer steps"
         )
         trainer_tps = last["perf/update_tokens_per_s"]

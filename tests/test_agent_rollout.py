@@ -59,14 +59,8 @@ def test_train_seeds_advance_and_never_meet_validation_seeds():
     assert all(s >= VAL_SEED_START for s in val) and not set(val) & set(flat)
     assert m.seeds_for_step(5) == steps[5]  # pure function of the step
     assert EnvStateManager(LINE, env_groups=8, group_size=2, seed=4).seeds_for_step(0) != steps[0]
-    # the counter is the checkpointed state
-    assert m.next_train_seeds() == steps[0] and m.next_train_seeds() == steps[1]
-    state = m.state_dict()
-    fresh = EnvStateManager(LINE, env_groups=8, group_size=2, seed=3)
-    fresh.load_state_dict(state)
-    assert fresh.next_train_seeds() == steps[2]
-    with pytest.raises(ValueError, match="seed"):
-        EnvStateManager(LINE, env_groups=8, group_size=2, seed=9).load_state_dict(state)
+    # a fresh manager (a resumed run) derives the same seeds: there is no state to save
+    assert EnvStateManager(LINE, env_groups=8, group_size=2, seed=3).seeds_for_step(7) == steps[7]
     with pytest.raises(ValueError, match="one seed per group"):
         m.reset([1, 2])
 

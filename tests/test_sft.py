@@ -1,9 +1,12 @@
 """SFT warm start: loss only on assistant tokens, LoRA adapters, merge."""
 
+import dataclasses
+
 import pytest
 import torch
 
 from ragen.sft.trainer import SFTConfig, make_expert_data, merge_adapter, run_sft, sft_loss
+from ragen.trainer.batching import collate
 
 
 def _load(path):
@@ -44,15 +47,14 @@ def test_windowed_expert_data_is_one_sample_per_turn_with_only_the_current_state
 def test_sft_loss_ignores_prompt_tokens(tiny_model_dir):
     model, tok = _load(tiny_model_dir)
     (traj,) = make_expert_data(tok, SFTConfig(env="bandit", episodes=1, max_turns=1))
-    ids = torch.tensor([traj.input_ids])
-    mask = torch.tensor([traj.response_mask], dtype=torch.float)
-    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "response_mask": mask}
+    batch = collate([traj], pad_id=tok.pad_token_id)
+    ids, mask = batch.input_ids, batch.response_mask
     nll, count = sft_loss(model, batch)
     assert count == mask[:, 1:].sum()
     # changing a prompt token's label-side never changes which positions are scored
     prompt_pos = int((mask[0] == 0).nonzero()[5])
-    batch2 = dict(batch, response_mask=mask.clone())
-    batch2["response_mask"][0, prompt_pos] = 0.0
+    batch2 = dataclasses.replace(batch, response_mask=mask.clone())
+    batch2.response_mask[0, prompt_pos] = 0.0
     assert torch.equal(sft_loss(model, batch2)[0], nll)
     # and the loss equals a hand-written masked NLL
     logits = model(input_ids=ids).logits[:, :-1]

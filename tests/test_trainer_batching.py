@@ -7,6 +7,7 @@ from ragen.agent.trajectory import Trajectory
 from ragen.trainer.batching import (
     baseline_groups,
     collate,
+    micro_batches,
     padding_fraction,
     place_rewards,
     token_budget_micro_batches,
@@ -28,12 +29,12 @@ def test_collate_right_pads_and_aligns_masks():
     a = _traj([1, 2, 3, 4, 5], [0, 0, 1, 1, 0], [3], [1.0])
     b = _traj([7, 8, 9], [0, 1, 1], [2], [0.5])
     batch = collate([a, b], pad_id=0)
-    assert batch["input_ids"].tolist() == [[1, 2, 3, 4, 5], [7, 8, 9, 0, 0]]
-    assert batch["attention_mask"].tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]
-    assert batch["response_mask"].tolist() == [[0, 0, 1, 1, 0], [0, 1, 1, 0, 0]]
-    assert batch["turn_end_mask"].tolist() == [[0, 0, 0, 1, 0], [0, 0, 1, 0, 0]]
-    assert batch["gen_log_prob"][0].tolist() == [0, 0, -0.5, -0.5, 0]
-    assert batch["lengths"].tolist() == [5, 3]
+    assert batch.input_ids.tolist() == [[1, 2, 3, 4, 5], [7, 8, 9, 0, 0]]
+    assert batch.attention_mask.tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]
+    assert batch.response_mask.tolist() == [[0, 0, 1, 1, 0], [0, 1, 1, 0, 0]]
+    assert batch.turn_end_mask.tolist() == [[0, 0, 0, 1, 0], [0, 0, 1, 0, 0]]
+    assert batch.gen_log_prob[0].tolist() == [0, 0, -0.5, -0.5, 0]
+    assert batch.lengths.tolist() == [5, 3]
 
 
 def test_place_rewards_trajectory_vs_turn():
@@ -102,3 +103,22 @@ def test_baseline_groups_windowed_by_observed_state():
     assert baseline_groups(samples, "turn").tolist() == [0, 1, 2, 0, 1, 3]
     with pytest.raises(ValueError, match="turn or state"):
         baseline_groups(samples, "episode")
+
+
+def test_training_batch_rows_cut_to_longest_and_micro_batches_cover_rows():
+    a = _traj([1, 2, 3, 4, 5], [0, 0, 1, 1, 0], [3], [1.0])
+    b = _traj([7, 8, 9], [0, 1, 1], [2], [0.5])
+    c = _traj([4, 4], [0, 1], [1], [0.0])
+    batch = collate([a, b, c], pad_id=0)
+    batch.index = torch.tensor([0, 0, 1])
+    sub = batch.rows([2, 1])
+    assert sub.input_ids.tolist() == [[4, 4, 0], [7, 8, 9]]  # cut to the longest row (3)
+    assert sub.index.tolist() == [1, 0] and sub.lengths.tolist() == [2, 3]
+    assert sub.old_log_prob is None  # unset phases stay unset
+    packs = micro_batches(batch, [0, 1, 2], token_budget=6)
+    assert sorted(i for ids, _ in packs for i in ids) == [0, 1, 2]
+    lengths = [5, 3, 2]
+    for ids, mb in packs:
+        assert mb.size == len(ids)
+        assert mb.input_ids.shape[1] == max(lengths[i] for i in ids)
+        assert mb.input_ids.shape[1] * mb.size <= 6 or mb.size == 1

@@ -122,6 +122,15 @@ def test_existing_checkpoints_are_not_overwritten(tiny_model_dir, tmp_path, caps
     assert "trainer.resume=auto" in capsys.readouterr().err
 
 
+def test_resume_with_another_seed_is_a_clear_error(tiny_model_dir, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", *_overrides(tiny_model_dir, run, "bandit", "grpo", steps=1)]) == 0
+    extra = ["trainer.resume=auto", "trainer.seed=5"]
+    args = _overrides(tiny_model_dir, run, "bandit", "grpo", steps=2, extra=extra)
+    assert main(["train", *args]) == 2
+    assert "trainer.seed=0" in capsys.readouterr().err
+
+
 def test_corrupt_checkpoint_is_a_clear_error(tiny_model_dir, tmp_path, capsys):
     run = tmp_path / "run"
     assert main(["train", *_overrides(tiny_model_dir, run, "bandit", "grpo", steps=1)]) == 0

@@ -26,8 +26,8 @@ VAL_SEED_START = 10**9  # validation seeds start here; training seeds stay below
 class EnvStateManager:
     """Builds and resets the environments of one rollout batch.
 
-    The only mutable state is ``step`` (the number of training batches drawn with
-    :meth:`next_train_seeds`), exposed by :meth:`state_dict` for checkpoints.
+    It holds no training state: the seeds of step ``s`` are :meth:`seeds_for_step(s)`,
+    a pure function of ``(seed, s)``, so a resumed run needs nothing from here.
     """
 
     def __init__(
@@ -55,7 +55,6 @@ class EnvStateManager:
         else:
             raise TypeError(f"env must be a registered name or an Env factory, got {env_name!r}")
         self.env_groups, self.group_size, self.seed = int(env_groups), int(group_size), int(seed)
-        self.step = 0
         self.envs: list[Env] = [
             factory(**self.env_config) for _ in range(self.env_groups * self.group_size)
         ]
@@ -77,12 +76,6 @@ class EnvStateManager:
         ) + step * self.env_groups
         seeds = [(base + g) % VAL_SEED_START for g in range(self.env_groups)]
         assert all(0 <= s < VAL_SEED_START for s in seeds)
-        return seeds
-
-    def next_train_seeds(self) -> list[int]:
-        """``seeds_for_step(self.step)``, then advance the counter (checkpointed state)."""
-        seeds = self.seeds_for_step(self.step)
-        self.step += 1
         return seeds
 
     def validation_seeds(self, n_groups: int | None = None, offset: int = 0) -> list[int]:
@@ -115,18 +108,6 @@ class EnvStateManager:
 
     def group_of(self, index: int) -> int:
         return index // self.group_size
-
-    # -- checkpoint state ------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "seed": self.seed, "env_groups": self.env_groups}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("seed", self.seed) != self.seed:
-            raise ValueError(
-                f"checkpointed env manager seed {state['seed']} differs from the configured "
-                f"seed {self.seed}; resume with the same trainer.seed"
-            )
-        self.step = int(state.get("step", 0))
 
     def close(self) -> None:
         for env in self.envs:

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from ragen.agent.trajectory import Trajectory
-from ragen.trainer.batching import collate, token_budget_micro_batches
+from ragen.trainer.batching import TrainingBatch, collate, micro_batches
 
 
 @dataclass
@@ -92,7 +92,7 @@ def make_expert_data(tokenizer, cfg: SFTConfig) -> list[Trajectory]:
     return data
 
 
-def sft_loss(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+def sft_loss(model, batch: TrainingBatch) -> tuple[torch.Tensor, torch.Tensor]:
     """Summed negative log-likelihood over response tokens and their count.
 
     batch tensors are (B, T); the LM head runs only where a response token is predicted
@@ -100,10 +100,8 @@ def sft_loss(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch
     """
     from ragen.models.logprobs import sequence_logprobs
 
-    mask = batch["response_mask"]
-    log_prob, _ = sequence_logprobs(
-        model, batch["input_ids"], batch["attention_mask"], positions=mask
-    )
+    mask = batch.response_mask
+    log_prob, _ = sequence_logprobs(model, batch.input_ids, batch.attention_mask, positions=mask)
     return -(log_prob * mask).sum(), mask[:, 1:].sum()
 
 
@@ -133,17 +131,10 @@ def train_sft(model, tokenizer, data: list[Trajectory], cfg: SFTConfig, log=prin
         for start in range(0, len(order), cfg.batch_size):
             rows = [data[i] for i in order[start : start + cfg.batch_size]]
             batch = collate(rows, pad_id)
-            lengths = batch["lengths"].tolist()
-            total_tokens = float(batch["response_mask"].sum())
+            total_tokens = float(batch.response_mask.sum())
             loss_sum = 0.0
-            for mb in token_budget_micro_batches(lengths, cfg.micro_token_budget):
-                idx = torch.tensor(mb)
-                L = max(lengths[i] for i in mb)
-                sl = {
-                    k: batch[k][idx, :L].to(device)
-                    for k in ("input_ids", "attention_mask", "response_mask")
-                }
-                nll, _ = sft_loss(model, sl)
+            for _, mb in micro_batches(batch, range(batch.size), cfg.micro_token_budget):
+                nll, _ = sft_loss(model, mb.to(device))
                 (nll / total_tokens).backward()
                 loss_sum += float(nll.detach())
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, 1.0))

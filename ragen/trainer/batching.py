@@ -8,24 +8,93 @@ Sequences are RIGHT-padded, which lets a micro-batch slice ``[:, :max_len]``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, fields, replace
 
 import torch
+from torch import Tensor
 
 from ragen.agent.trajectory import Trajectory
 
 
-def collate(trajectories: Sequence[Trajectory], pad_id: int) -> dict[str, torch.Tensor]:
-    """Pad a list of trajectories into a batch.
+@dataclass
+class TrainingBatch:
+    """The padded tensors of one update, declared up front.
 
-    Returns (B = len(trajectories), T = longest sequence):
-        input_ids      (B, T) long, right-padded with ``pad_id``
-        attention_mask (B, T) long, 1 on real tokens
-        response_mask  (B, T) float, 1 on sampled tokens
-        turn_end_mask  (B, T) float, 1 on each turn's last sampled token
-        gen_log_prob   (B, T) float, generation log-probs on sampled tokens
-        lengths        (B,)   long
+    Every per-token tensor is ``(B, T)``, right-padded, aligned to token positions of the
+    training sequence; per-sample tensors are ``(B,)``. :func:`collate` fills the fields
+    read from trajectories; the trainer fills the rest phase by phase, in this order
+    (a field is None until its phase ran, or when the configuration does not need it):
+
+    =====================  ========  ================================================
+    field                  phase     meaning
+    =====================  ========  ================================================
+    input_ids              collate   token ids (long), padded with the pad id
+    attention_mask         collate   1 on real tokens (long)
+    response_mask          collate   1 on sampled ids: the tokens trained on (M_loss)
+    turn_end_mask          collate   1 on each turn's last sampled id
+    gen_log_prob           collate   generation log-probs on sampled ids, 0 elsewhere
+    lengths                collate   (B,) real tokens per row (long)
+    index                  prepare   (B,) baseline group ids (long)
+    token_level_scores     prepare   rewards placed on tokens, before any KL penalty
+    bootstrap_mask         prepare   (B,) 1 where the return continues past the row
+    advantage_mask         prepare   tokens the masked_gae recursion runs over (M_adv)
+    old_log_prob           old-lp    log-probs of the training model before the update
+    ref_log_prob           old-lp    reference-model log-probs (KL on only)
+    values                 critic    V(prefix before token t), 0 off the response
+    final_values           critic    (B,) V(the whole row): the bootstrap value
+    token_level_rewards    adv       scores minus the in-reward KL penalty
+    advantages, returns    adv       estimator outputs, 0 off the response
+    =====================  ========  ================================================
     """
+
+    input_ids: Tensor
+    attention_mask: Tensor
+    response_mask: Tensor
+    turn_end_mask: Tensor
+    gen_log_prob: Tensor
+    lengths: Tensor
+    index: Tensor | None = None
+    token_level_scores: Tensor | None = None
+    bootstrap_mask: Tensor | None = None
+    advantage_mask: Tensor | None = None
+    old_log_prob: Tensor | None = None
+    ref_log_prob: Tensor | None = None
+    values: Tensor | None = None
+    final_values: Tensor | None = None
+    token_level_rewards: Tensor | None = None
+    advantages: Tensor | None = None
+    returns: Tensor | None = None
+
+    @property
+    def size(self) -> int:
+        """B, the number of rows."""
+        return int(self.input_ids.shape[0])
+
+    def _tensors(self) -> Iterator[tuple[str, Tensor]]:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is not None:
+                yield f.name, value
+
+    def to(self, device: torch.device | str) -> TrainingBatch:
+        """A copy with every tensor on ``device``."""
+        return replace(self, **{k: v.to(device) for k, v in self._tensors()})
+
+    def rows(self, index: Sequence[int]) -> TrainingBatch:
+        """Rows ``index`` of every tensor, per-token ones cut to the longest of those rows
+        (right padding makes ``[:, :L]`` lossless)."""
+        idx = torch.as_tensor(list(index), dtype=torch.long, device=self.lengths.device)
+        length = int(self.lengths[idx].max())
+        return replace(
+            self,
+            **{k: v[idx, :length] if v.dim() == 2 else v[idx] for k, v in self._tensors()},
+        )
+
+
+def collate(trajectories: Sequence[Trajectory], pad_id: int) -> TrainingBatch:
+    """Pad a list of trajectories into a :class:`TrainingBatch` (B = len(trajectories),
+    T = the longest sequence); only the ``collate`` fields are set."""
     if not trajectories:
         raise ValueError("collate() got no trajectories")
     lengths = [len(t.input_ids) for t in trajectories]
@@ -43,14 +112,33 @@ def collate(trajectories: Sequence[Trajectory], pad_id: int) -> dict[str, torch.
         gen_log_prob[i, :n] = torch.tensor(traj.gen_logprobs, dtype=torch.float)
         if traj.turn_ends:
             turn_end_mask[i, torch.tensor(traj.turn_ends, dtype=torch.long)] = 1.0
-    return {
-        "input_ids": input_ids,
-        "attention_mask": attention_mask,
-        "response_mask": response_mask,
-        "turn_end_mask": turn_end_mask,
-        "gen_log_prob": gen_log_prob,
-        "lengths": torch.tensor(lengths, dtype=torch.long),
-    }
+    return TrainingBatch(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        response_mask=response_mask,
+        turn_end_mask=turn_end_mask,
+        gen_log_prob=gen_log_prob,
+        lengths=torch.tensor(lengths, dtype=torch.long),
+    )
+
+
+def micro_batches(
+    batch: TrainingBatch, rows: Sequence[int], token_budget: int
+) -> list[tuple[list[int], TrainingBatch]]:
+    """Split ``rows`` of ``batch`` into token-budget micro-batches (RL and SFT alike).
+
+    Returns ``(row_ids, micro)`` pairs: ``micro = batch.rows(row_ids)``, padded to its own
+    longest row, costing at most ``token_budget`` padded tokens unless a single row is
+    longer (:func:`token_budget_micro_batches`). Every row appears exactly once.
+    """
+    rows = list(rows)
+    lengths = batch.lengths.tolist()
+    packs = token_budget_micro_batches([lengths[i] for i in rows], token_budget)
+    out = []
+    for pack in packs:
+        ids = [rows[j] for j in pack]
+        out.append((ids, batch.rows(ids)))
+    return out
 
 
 TURN_BASELINES = ("turn", "state")

@@ -39,11 +39,12 @@ from ragen.models.logprobs import sequence_logprobs
 
 from . import setup
 from .batching import (
+    TrainingBatch,
     baseline_groups,
     collate,
+    micro_batches,
     padding_fraction,
     place_rewards,
-    token_budget_micro_batches,
 )
 from .config import to_dict, to_yaml
 
@@ -91,19 +92,6 @@ def token_values(
     values = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
     values[:, 1:] = out[:, :-1]
     return values
-
-
-def _micro_slices(batch: dict[str, torch.Tensor], index: Sequence[int]) -> dict[str, torch.Tensor]:
-    """Rows ``index`` of every (B, T) tensor, cut to the longest row (right padding)."""
-    idx = torch.as_tensor(list(index), dtype=torch.long)
-    length = int(batch["lengths"][idx].max())
-    out = {}
-    for key, value in batch.items():
-        if value.dim() == 2:
-            out[key] = value[idx, :length]
-        else:
-            out[key] = value[idx]
-    return out
 
 
 # --------------------------------------------------------------------------------------
@@ -250,7 +238,16 @@ class StarPOTrainer:
             schedulers=self._schedulers(),
             config=to_dict(self.cfg),
         )
-        self.train_envs.load_state_dict(state.get("train_envs", {}))
+        saved_seed = state.get("seed", self.cfg.trainer.seed)
+        if saved_seed != self.cfg.trainer.seed:
+            from .checkpoint import CheckpointError
+
+            # the training seeds of every step derive from trainer.seed: another seed
+            # would silently replay or skip initial states
+            raise CheckpointError(
+                f"{path} was trained with trainer.seed={saved_seed}, not "
+                f"{self.cfg.trainer.seed}. Fix: resume with trainer.seed={saved_seed}"
+            )
         print(f"resumed from {path} at step {state['step']}")
         return int(state["step"])
 
@@ -293,7 +290,7 @@ class StarPOTrainer:
             critic=self.critic,
             optimizers=self._optimizers(),
             schedulers=self._schedulers(),
-            trainer_state={"step": step, "train_envs": self.train_envs.state_dict()},
+            trainer_state={"step": step, "seed": self.cfg.trainer.seed},
             config=to_dict(self.cfg),
             overwrite=False,
         )
@@ -352,8 +349,8 @@ class StarPOTrainer:
             return {**metrics, **timing, "actor/skipped_steps": 1.0}
         batch = self.prepare_batch(kept)
         # how many samples have someone to be compared with (a group of one: no baseline)
-        counts = torch.bincount(batch["index"])
-        metrics["actor/baseline_shared_frac"] = float((counts[batch["index"]] > 1).float().mean())
+        counts = torch.bincount(batch.index)
+        metrics["actor/baseline_shared_frac"] = float((counts[batch.index] > 1).float().mean())
         timing["timing/prepare"] = time.perf_counter() - tic
 
         # The engine keeps per-row KV caches between turns; free them before the update
@@ -364,7 +361,7 @@ class StarPOTrainer:
         timing["timing/old_log_prob"] = time.perf_counter() - tic
         tic = time.perf_counter()
         if self.critic is not None:
-            batch["values"] = self.compute_values(batch)
+            self.compute_values(batch)
         self.compute_advantages(batch, metrics)
         timing["timing/advantage"] = time.perf_counter() - tic
 
@@ -378,7 +375,7 @@ class StarPOTrainer:
 
         timing["timing/step"] = sum(timing.values())
         metrics.update(timing)
-        n_train_tokens = float(batch["attention_mask"].sum())
+        n_train_tokens = float(batch.attention_mask.sum())
         metrics["perf/update_tokens_per_s"] = n_train_tokens / max(timing["timing/update"], 1e-9)
         metrics["perf/rollout_tokens_per_s"] = float(result.stats.get("tokens_per_s", 0.0))
         metrics["perf/num_trained_samples"] = float(len(kept))
@@ -386,7 +383,7 @@ class StarPOTrainer:
         return metrics
 
     # -- batch preparation -----------------------------------------------------------
-    def prepare_batch(self, trajectories: list[Trajectory]) -> dict[str, torch.Tensor]:
+    def prepare_batch(self, trajectories: list[Trajectory]) -> TrainingBatch:
         """Pad, normalize scores, place rewards; everything on ``self.device``.
 
         A sample's score is its reward-to-go (the episode reward for a full-history
@@ -396,103 +393,81 @@ class StarPOTrainer:
         a = self.cfg.algo
         batch = collate(trajectories, self.pad_id)
         scores = torch.tensor([tr.reward_to_go for tr in trajectories], dtype=torch.float32)
-        index = baseline_groups(trajectories, a.turn_baseline)
+        batch.index = baseline_groups(trajectories, a.turn_baseline)
         if a.reward_placement == "trajectory":
             scores = algo.normalize_scores(
-                scores, index, grouping=a.norm_grouping, method=a.norm_method
+                scores, batch.index, grouping=a.norm_grouping, method=a.norm_method
             )
-        batch["token_level_scores"] = place_rewards(
-            trajectories, scores, tuple(batch["input_ids"].shape), a.reward_placement
+        batch.token_level_scores = place_rewards(
+            trajectories, scores, tuple(batch.input_ids.shape), a.reward_placement
         )
-        batch["index"] = index
-        return {k: v.to(self.device) for k, v in batch.items()}
+        return batch.to(self.device)
 
-    def _micro_batches(self, rows: Sequence[int], lengths: torch.Tensor) -> list[list[int]]:
-        sub = [int(lengths[i]) for i in rows]
-        return [
-            [rows[j] for j in mb]
-            for mb in token_budget_micro_batches(sub, self.cfg.algo.micro_token_budget)
-        ]
+    def _micro_batches(self, batch: TrainingBatch, rows: Sequence[int] | None = None):
+        """``(row_ids, micro_batch)`` pairs within ``algo.micro_token_budget``."""
+        rows = range(batch.size) if rows is None else rows
+        return micro_batches(batch, rows, self.cfg.algo.micro_token_budget)
 
     @torch.no_grad()
-    def compute_old_log_probs(
-        self, batch: dict[str, torch.Tensor], metrics: dict[str, float]
-    ) -> None:
+    def compute_old_log_probs(self, batch: TrainingBatch, metrics: dict[str, float]) -> None:
         """old_log_prob (and ref_log_prob when KL is on), recomputed by the training model."""
-        B = batch["input_ids"].shape[0]
         temperature = self.cfg.rollout.temperature
-        old = torch.zeros_like(batch["response_mask"])
+        old = torch.zeros_like(batch.response_mask)
         ref = torch.zeros_like(old) if self.cfg.algo.kl_coef > 0 else None
         self.actor.eval()
-        for mb in self._micro_batches(list(range(B)), batch["lengths"]):
-            sl = _micro_slices(batch, mb)
-            L = sl["input_ids"].shape[1]
+        for rows, mb in self._micro_batches(batch):
+            L = mb.input_ids.shape[1]
             with self.autocast:
                 lp, _ = token_log_probs(
-                    self.actor,
-                    sl["input_ids"],
-                    sl["attention_mask"],
-                    temperature,
-                    sl["response_mask"],
+                    self.actor, mb.input_ids, mb.attention_mask, temperature, mb.response_mask
                 )
-                old[mb, :L] = lp
+                old[rows, :L] = lp
                 if ref is not None:
-                    ref[mb, :L] = self._ref_log_probs(sl, temperature)
-        batch["old_log_prob"] = old
-        if ref is not None:
-            batch["ref_log_prob"] = ref
-        mask = batch["response_mask"]
-        diff = (old - batch["gen_log_prob"]).abs()
+                    ref[rows, :L] = self._ref_log_probs(mb, temperature)
+        batch.old_log_prob, batch.ref_log_prob = old, ref
+        mask = batch.response_mask
+        diff = (old - batch.gen_log_prob).abs()
         # Generation and training use the same weights; a gap here means a numerical or
         # template mismatch between the engine and the trainer (worth a look if large).
         metrics["actor/gen_logprob_abs_diff"] = float(algo.masked_mean(diff, mask))
         metrics["actor/gen_logprob_max_diff"] = float((diff * mask).max())
 
-    def _ref_log_probs(self, sl: dict[str, torch.Tensor], temperature: float) -> torch.Tensor:
+    def _ref_log_probs(self, mb: TrainingBatch, temperature: float) -> torch.Tensor:
+        args = (mb.input_ids, mb.attention_mask, temperature, mb.response_mask)
         if self.use_lora:
+            # the reference is the base model: the same weights with the adapters off
             with self.actor.disable_adapter():
-                lp, _ = token_log_probs(
-                    self.actor,
-                    sl["input_ids"],
-                    sl["attention_mask"],
-                    temperature,
-                    sl["response_mask"],
-                )
-            return lp
-        lp, _ = token_log_probs(
-            self.ref, sl["input_ids"], sl["attention_mask"], temperature, sl["response_mask"]
-        )
-        return lp
+                return token_log_probs(self.actor, *args)[0]
+        return token_log_probs(self.ref, *args)[0]
 
     @torch.no_grad()
-    def compute_values(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        B = batch["input_ids"].shape[0]
-        values = torch.zeros_like(batch["response_mask"])
+    def compute_values(self, batch: TrainingBatch) -> None:
+        """``batch.values``: the critic's V(prefix before token t) on response tokens."""
+        values = torch.zeros_like(batch.response_mask)
         self.critic.eval()
-        for mb in self._micro_batches(list(range(B)), batch["lengths"]):
-            sl = _micro_slices(batch, mb)
+        for rows, mb in self._micro_batches(batch):
             with self.autocast:
-                values[mb, : sl["input_ids"].shape[1]] = token_values(
-                    self.critic, sl["input_ids"], sl["attention_mask"]
+                values[rows, : mb.input_ids.shape[1]] = token_values(
+                    self.critic, mb.input_ids, mb.attention_mask
                 )
-        return values * batch["response_mask"]
+        batch.values = values * batch.response_mask
 
     def compute_advantages(self, batch: dict[str, torch.Tensor], metrics: dict[str, float]) -> None:
         a = self.cfg.algo
-        rewards = batch["token_level_scores"]
-        mask = batch["response_mask"]
+        rewards = batch.token_level_scores
+        mask = batch.response_mask
         if a.kl_coef > 0 and a.kl_in_reward:
-            kl = algo.kl_penalty(batch["old_log_prob"], batch["ref_log_prob"], a.kl_type)
+            kl = algo.kl_penalty(batch.old_log_prob, batch.ref_log_prob, a.kl_type)
             rewards = algo.apply_kl_to_rewards(rewards, kl, mask, a.kl_coef)
             metrics["actor/reward_kl"] = float(algo.masked_mean(kl, mask))
-        batch["token_level_rewards"] = rewards
+        batch.token_level_rewards = rewards
         estimator = algo.get_advantage_estimator(a.adv_estimator)
         advantages, returns = estimator(
             token_level_rewards=rewards,
             response_mask=mask,
-            values=batch.get("values"),
-            index=batch["index"],
-            turn_end_mask=batch["turn_end_mask"],
+            values=batch.values,
+            index=batch.index,
+            turn_end_mask=batch.turn_end_mask,
             gamma=a.gamma,
             lam=a.lam,
             gamma_turn=a.gamma_turn,
@@ -502,22 +477,23 @@ class StarPOTrainer:
         )
         if a.whiten_advantages:
             advantages = algo.masked_whiten(advantages, mask)
-        batch["advantages"] = advantages * mask
-        batch["returns"] = returns * mask
+        batch.advantages = advantages * mask
+        batch.returns = returns * mask
         metrics["actor/advantage_mean"] = float(algo.masked_mean(advantages, mask))
         metrics["actor/advantage_abs_max"] = float((advantages.abs() * mask).max())
-        if "values" in batch:
+        if batch.values is not None:
             metrics["critic/explained_variance"] = float(
-                algo.explained_variance(batch["values"], batch["returns"], mask)
+                algo.explained_variance(batch.values, batch.returns, mask)
             )
-            metrics["critic/value_mean"] = float(algo.masked_mean(batch["values"], mask))
+            metrics["critic/value_mean"] = float(algo.masked_mean(batch.values, mask))
 
     # -- the update ------------------------------------------------------------------
-    def update(self, batch: dict[str, torch.Tensor], step: int) -> dict[str, float]:
+    def update(self, batch: TrainingBatch, step: int) -> dict[str, float]:
         """``ppo_epochs`` passes over shuffled minibatches; each minibatch is one optimizer
         step with gradients accumulated over token-budget micro-batches."""
         a = self.cfg.algo
-        B = batch["input_ids"].shape[0]
+        B = batch.size
+        lengths = batch.lengths.tolist()
         gen = torch.Generator().manual_seed(derive_seed(self.cfg.trainer.seed, "minibatch", step))
         sums: dict[str, list[float]] = defaultdict(list)
         pad_fracs = []
@@ -525,12 +501,12 @@ class StarPOTrainer:
             perm = torch.randperm(B, generator=gen).tolist()
             for start in range(0, B, a.ppo_mini_batch_size):
                 rows = perm[start : start + a.ppo_mini_batch_size]
-                micros = self._micro_batches(rows, batch["lengths"])
-                pad_fracs.append(padding_fraction(batch["lengths"].tolist(), micros))
-                for k, v in self._actor_minibatch(batch, micros).items():
+                micros = self._micro_batches(batch, rows)
+                pad_fracs.append(padding_fraction(lengths, [ids for ids, _ in micros]))
+                for k, v in self._actor_minibatch(micros).items():
                     sums[k].append(v)
                 if self.critic is not None:
-                    for k, v in self._critic_minibatch(batch, micros).items():
+                    for k, v in self._critic_minibatch(micros).items():
                         sums[k].append(v)
         out = {}
         for k, values in sums.items():
@@ -545,13 +521,13 @@ class StarPOTrainer:
         out["perf/padding_fraction"] = float(np.mean(pad_fracs))
         return out
 
-    def _weights(self, batch, micros) -> tuple[list[float], str]:
+    def _weights(self, micros) -> tuple[list[float], str]:
         """Each micro-batch's share of the minibatch loss, so accumulation equals one big batch."""
         mode = self.cfg.algo.loss_agg_mode
         if mode == "token-mean":
-            counts = [float(batch["response_mask"][mb].sum()) for mb in micros]
+            counts = [float(mb.response_mask.sum()) for _, mb in micros]
         else:  # seq-mean-*: every sequence weighs the same
-            counts = [float(len(mb)) for mb in micros]
+            counts = [float(mb.size) for _, mb in micros]
         total = sum(counts) or 1.0
         return [c / total for c in counts], mode
 
@@ -571,29 +547,28 @@ class StarPOTrainer:
             optimizer.zero_grad(set_to_none=True)
         return {f"{prefix}/grad_norm": grad_norm, f"{prefix}/skipped_steps": float(skip)}
 
-    def _actor_minibatch(self, batch, micros) -> dict[str, float]:
+    def _actor_minibatch(self, micros) -> dict[str, float]:
         a = self.cfg.algo
         temperature = self.cfg.rollout.temperature
-        weights, mode = self._weights(batch, micros)
+        weights, mode = self._weights(micros)
         self.actor.train()
         stats: dict[str, float] = defaultdict(float)
         entropy_sum, token_count = 0.0, 0.0
-        for mb, w in zip(micros, weights):
-            sl = _micro_slices(batch, mb)
-            mask = sl["response_mask"]
+        for (_, mb), w in zip(micros, weights):
+            mask = mb.response_mask
             with self.autocast:
                 log_prob, entropy = token_log_probs(
                     self.actor,
-                    sl["input_ids"],
-                    sl["attention_mask"],
+                    mb.input_ids,
+                    mb.attention_mask,
                     temperature,
                     mask,
                     with_entropy=True,
                 )
             pg_loss, pg_metrics = algo.ppo_policy_loss(
-                old_log_prob=sl["old_log_prob"],
+                old_log_prob=mb.old_log_prob,
                 log_prob=log_prob,
-                advantages=sl["advantages"],
+                advantages=mb.advantages,
                 response_mask=mask,
                 clip_ratio_low=a.clip_ratio_low,
                 clip_ratio_high=a.clip_ratio_high,
@@ -603,7 +578,7 @@ class StarPOTrainer:
             entropy_term = algo.agg_loss(entropy, mask, mode)
             loss = pg_loss - a.entropy_coef * entropy_term
             if a.kl_coef > 0 and not a.kl_in_reward:
-                kl = algo.kl_penalty(log_prob, sl["ref_log_prob"], a.kl_type)
+                kl = algo.kl_penalty(log_prob, mb.ref_log_prob, a.kl_type)
                 kl_term = algo.agg_loss(kl, mask, mode)
                 loss = loss + a.kl_coef * kl_term
                 stats["actor/kl_loss"] += w * float(kl_term.detach())
@@ -620,20 +595,19 @@ class StarPOTrainer:
         stats.update(self._optimizer_step(self.actor, self.actor_opt, "actor"))
         return dict(stats)
 
-    def _critic_minibatch(self, batch, micros) -> dict[str, float]:
+    def _critic_minibatch(self, micros) -> dict[str, float]:
         a = self.cfg.algo
-        weights, mode = self._weights(batch, micros)
+        weights, mode = self._weights(micros)
         self.critic.train()
         stats: dict[str, float] = defaultdict(float)
-        for mb, w in zip(micros, weights):
-            sl = _micro_slices(batch, mb)
+        for (_, mb), w in zip(micros, weights):
             with self.autocast:
-                vpreds = token_values(self.critic, sl["input_ids"], sl["attention_mask"])
+                vpreds = token_values(self.critic, mb.input_ids, mb.attention_mask)
             loss, v_metrics = algo.value_loss(
                 vpreds=vpreds,
-                returns=sl["returns"],
-                old_values=sl["values"],
-                response_mask=sl["response_mask"],
+                returns=mb.returns,
+                old_values=mb.values,
+                response_mask=mb.response_mask,
                 cliprange_value=a.value_clip,
                 loss_agg_mode=mode,
             )
