@@ -6,12 +6,7 @@ import random
 from dataclasses import asdict
 
 import pytest
-
-from ragen.agent.env_manager import VAL_SEED_START, EnvStateManager
-from ragen.agent.metrics import rollout_metrics
-from ragen.agent.policies import ModelPolicy, OraclePolicy, RandomPolicy
-from ragen.agent.rollout import RolloutConfig, run_rollout
-from ragen.agent.testing import (
+from fakes import (
     LineEnv,
     RandomTokenEngine,
     ScriptedEngine,
@@ -19,6 +14,11 @@ from ragen.agent.testing import (
     index_log,
     tiny_tokenizer,
 )
+
+from ragen.agent.env_manager import VAL_SEED_START, EnvStateManager
+from ragen.agent.metrics import rollout_metrics
+from ragen.agent.policies import ModelPolicy, OraclePolicy, RandomPolicy
+from ragen.agent.rollout import RolloutConfig, run_rollout
 from ragen.envs.base import make_info
 
 LINE = LineEnv  # an env factory: nothing is added to the global env list
@@ -162,7 +162,7 @@ class _RejectingEnv(LineEnv):
         if action == "explode":
             raise ValueError("unknown action")
         if action == "noop":
-            return self.render(), 0.0, False, make_info(True, False, False)
+            return self.render(), 0.0, False, False, make_info(True, False, False)
         return super()._step(action)
 
 
@@ -385,7 +385,7 @@ def test_chat_policy_is_text_only_and_windowed():
 def test_rollout_with_custom_templates(which):
     import copy
 
-    from ragen.agent.testing import HAND_TEMPLATE, THINK_DROPPING_TEMPLATE
+    from fakes import HAND_TEMPLATE, THINK_DROPPING_TEMPLATE
 
     tok = copy.deepcopy(tiny_tokenizer("chatml"))
     tok.chat_template = HAND_TEMPLATE if which == "hand" else THINK_DROPPING_TEMPLATE

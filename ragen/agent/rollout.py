@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ragen.engines.base import SamplingParams
-from ragen.envs.base import derive_seed
+from ragen.envs.base import StepResultError, check_step_result, derive_seed
 
 from . import prompts
 from .context import ChatFormat, ContextManager, SampleIds
@@ -275,7 +275,8 @@ def _close_turn(
     env_reward, valid, effective = 0.0, [], []
     done = False
     for action in executed:
-        obs, reward, done, info = _safe_step(env, action)
+        obs, reward, terminated, truncated, info = _safe_step(env, action)
+        done = terminated or truncated
         ep.observation = obs
         env_reward += reward
         valid.append(bool(info.get("action_is_valid", False)))
@@ -337,16 +338,20 @@ def _cut_at_stop(text: str, finish_reason: str) -> str:
 _REJECTED = (ValueError, KeyError, IndexError, TypeError)
 
 
-def _safe_step(env: Any, action: str) -> tuple[str, float, bool, dict[str, Any]]:
-    """``env.step`` that turns an env's rejection (an exception) into an invalid action."""
+def _safe_step(env: Any, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+    """``env.step`` (``(obs, reward, terminated, truncated, info)``) that turns an env's
+    rejection (an exception) into an invalid action, which leaves the episode as it was."""
     try:
-        return env.step(action)
+        return check_step_result(env.step(action), f"{type(env).__name__}.step")
+    except StepResultError:
+        raise  # a broken env contract is a bug to fix, not an invalid action
     except _REJECTED as err:  # the contract says envs never raise; be robust anyway
         obs = env.render("text")
         return (
             obs,
             0.0,
-            bool(getattr(env, "done", False)),
+            bool(getattr(env, "terminated", False)),
+            bool(getattr(env, "truncated", False)),
             {
                 "action_is_valid": False,
                 "action_is_effective": False,
