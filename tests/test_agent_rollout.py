@@ -127,6 +127,16 @@ def test_action_budgets():
     assert t.end_reason == "action_budget" and t.turns[-1].done
     assert t.num_valid_actions == 0 and t.num_effective_actions == 0  # "jump" is invalid
     assert "You have 2 actions left (at most 2 this turn)." in t.turns[2].prompt
+    assert t.turns[2].prompt.startswith("Turn 3 of 5:\n")
+
+
+def test_compact_prompts_show_both_budgets():
+    policy, _ = _scripted(lambda p, c, r: "<think>x</think><answer>jump || jump</answer>")
+    m = EnvStateManager(LINE, env_groups=1, group_size=1)
+    cfg = _config(max_turns=4, prompt_style="compact", max_actions_per_trajectory=9)
+    (t,) = run_rollout(policy, m, cfg, [0]).trajectories
+    assert t.turns[0].prompt.startswith("Turn 1/4, 9 actions left:\n")
+    assert t.turns[1].prompt.startswith("Turn 2/4, 7 actions left, last reward 0:\n")
 
 
 def test_format_penalty_and_reward():
@@ -457,9 +467,8 @@ def test_chat_policy_is_text_only_and_windowed():
         ["system", "user", "assistant", "user"],
         ["system", "user", "assistant", "user"],  # window 1: only the previous turn
     ]
-    assert seen[2][1]["content"].startswith("Turn 2:") and seen[2][3]["content"].startswith(
-        "Turn 3:"
-    )
+    assert seen[2][1]["content"].startswith("Turn 2 of 3:")
+    assert seen[2][3]["content"].startswith("Turn 3 of 3:")
     assert rollout_metrics(res.trajectories)["mean_turns"] == 3
 
 

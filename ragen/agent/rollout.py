@@ -235,6 +235,7 @@ def _open_turn(
         config.max_actions_per_turn,
         prev,
         config.think,
+        max_turns=config.max_turns,
         style=config.prompt_style,
     )
     prompt_ids = None
