@@ -72,8 +72,8 @@ def bench_steps(steps: int) -> None:
         seed = 0
         t0 = time.process_time()
         for _ in range(steps):
-            _, _, done, _ = env.step(env.random_action(rng))
-            if done:
+            _, _, terminated, truncated, _ = env.step(env.random_action(rng))
+            if terminated or truncated:
                 seed += 1
                 env.reset(seed)
         step_s = time.process_time() - t0

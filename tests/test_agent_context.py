@@ -10,19 +10,19 @@ from __future__ import annotations
 import copy
 
 import pytest
+from fakes import (
+    COUNTING_TEMPLATE,
+    HAND_TEMPLATE,
+    NO_SYSTEM_TEMPLATE,
+    THINK_DROPPING_TEMPLATE,
+    tiny_tokenizer,
+)
 
 from ragen.agent.context import (
     PLAIN_CHAT_TEMPLATE,
     ChatFormat,
     ContextManager,
     probe_append_only,
-)
-from ragen.agent.testing import (
-    COUNTING_TEMPLATE,
-    HAND_TEMPLATE,
-    NO_SYSTEM_TEMPLATE,
-    THINK_DROPPING_TEMPLATE,
-    tiny_tokenizer,
 )
 
 RESPONSES = [

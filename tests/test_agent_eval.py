@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from fakes import LineEnv
 
 from ragen.agent.cli import parse_key_values
 from ragen.agent.evaluate import evaluate, format_table, run_evaluation
-from ragen.agent.testing import LineEnv
 from ragen.cli import main
 
 # CLI tests use a registered env; the deterministic lake lets the oracle always win.

@@ -22,7 +22,7 @@ def _traj(
     valid=3,
     effective=2,
     fmt_errors=0,
-    truncated=False,
+    end_reason="terminated",
     tokens=(5, 5),
     turn_index=0,
 ):
@@ -33,7 +33,7 @@ def _traj(
         turn_ends=[], turn_rewards=[], group_id=group, episode_id=episode,
         episode_reward=reward, success=success, num_turns=turns, num_actions=actions,
         num_valid_actions=valid, num_effective_actions=effective,
-        num_format_errors=fmt_errors, truncated=truncated, turn_index=turn_index,
+        num_format_errors=fmt_errors, end_reason=end_reason, turn_index=turn_index,
         turns=[_turn(reward - 0.1 * fmt_errors, reward)] + [_turn(0.0, 0.0)] * (turns - 1),
     )  # fmt: skip
 
@@ -41,8 +41,10 @@ def _traj(
 def test_metrics_by_hand():
     trajs = [
         _traj(0, 0, 1.0, True),
-        _traj(0, 1, 0.0, False, fmt_errors=1, truncated=True),
-        _traj(1, 2, -1.0, False, turns=4, actions=2, valid=2, effective=2),
+        _traj(0, 1, 0.0, False, fmt_errors=1, end_reason="context_overflow"),
+        _traj(
+            1, 2, -1.0, False, turns=4, actions=2, valid=2, effective=2, end_reason="env_truncated"
+        ),
         _traj(1, 3, -1.0, False, turns=4, actions=2, valid=2, effective=2, tokens=(1, 1)),
     ]
     m = rollout_metrics(trajs, group_size=2)
@@ -56,7 +58,7 @@ def test_metrics_by_hand():
     assert m["effective_action_rate"] == pytest.approx(8 / 12)
     assert m["mean_turns"] == 3 and m["mean_actions"] == 3
     assert m["format_error_rate"] == pytest.approx(1 / 12)
-    assert m["truncation_rate"] == 0.25
+    assert m["truncation_rate"] == 0.25 and m["env_truncation_rate"] == 0.25
     assert m["response_length"] == pytest.approx((10 + 10 + 10 + 2) / 12)
     assert m["env_reward_mean"] == pytest.approx((1.0 - 0.1 - 1.0 - 1.0) / 4)
     assert rollout_metrics(trajs)["group_size"] == 2  # inferred from the groups

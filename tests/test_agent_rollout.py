@@ -1,4 +1,4 @@
-"""Batched multi-turn rollout: seeding, budgets, rewards, truncation, windows, fuzzing."""
+"""Batched multi-turn rollout: seeding, budgets, rewards, end reasons, windows, fuzzing."""
 
 from __future__ import annotations
 
@@ -6,12 +6,7 @@ import random
 from dataclasses import asdict
 
 import pytest
-
-from ragen.agent.env_manager import VAL_SEED_START, EnvStateManager
-from ragen.agent.metrics import rollout_metrics
-from ragen.agent.policies import ModelPolicy, OraclePolicy, RandomPolicy
-from ragen.agent.rollout import RolloutConfig, run_rollout
-from ragen.agent.testing import (
+from fakes import (
     LineEnv,
     RandomTokenEngine,
     ScriptedEngine,
@@ -19,6 +14,11 @@ from ragen.agent.testing import (
     index_log,
     tiny_tokenizer,
 )
+
+from ragen.agent.env_manager import VAL_SEED_START, EnvStateManager
+from ragen.agent.metrics import rollout_metrics
+from ragen.agent.policies import ModelPolicy, OraclePolicy, RandomPolicy
+from ragen.agent.rollout import RolloutConfig, run_rollout
 from ragen.envs.base import make_info
 
 LINE = LineEnv  # an env factory: nothing is added to the global env list
@@ -118,8 +118,19 @@ def test_action_budgets():
     assert [len(x.actions) for x in t.turns] == [7, 7, 7]
     assert [len(x.executed_actions) for x in t.turns] == [4, 4, 2]  # per turn, then trajectory
     assert t.num_actions == 10 and t.num_turns == 3  # budget spent -> episode over
+    assert t.end_reason == "action_budget" and t.turns[-1].done
     assert t.num_valid_actions == 0 and t.num_effective_actions == 0  # "jump" is invalid
     assert "You have 2 actions left (at most 2 this turn)." in t.turns[2].prompt
+    assert t.turns[2].prompt.startswith("Turn 3 of 5:\n")
+
+
+def test_compact_prompts_show_both_budgets():
+    policy, _ = _scripted(lambda p, c, r: "<think>x</think><answer>jump || jump</answer>")
+    m = EnvStateManager(LINE, env_groups=1, group_size=1)
+    cfg = _config(max_turns=4, prompt_style="compact", max_actions_per_trajectory=9)
+    (t,) = run_rollout(policy, m, cfg, [0]).trajectories
+    assert t.turns[0].prompt.startswith("Turn 1/4, 9 actions left:\n")
+    assert t.turns[1].prompt.startswith("Turn 2/4, 7 actions left, last reward 0:\n")
 
 
 def test_format_penalty_and_reward():
@@ -156,7 +167,7 @@ class _RejectingEnv(LineEnv):
         if action == "explode":
             raise ValueError("unknown action")
         if action == "noop":
-            return self.render(), 0.0, False, make_info(True, False, False)
+            return self.render(), 0.0, False, False, make_info(True, False, False)
         return super()._step(action)
 
 
@@ -168,8 +179,8 @@ def test_env_rejection_counts_as_invalid():
     assert t.turns[0].info["action_is_valid"] == [False, True]
 
 
-# -- truncation -------------------------------------------------------------------------
-def test_truncation_at_max_model_len():
+# -- end reasons ------------------------------------------------------------------------
+def test_context_overflow_at_max_model_len():
     policy, engine = _scripted(
         lambda p, c, r: "<think>" + "go " * 20 + "</think><answer>jump</answer>"
     )
@@ -180,16 +191,90 @@ def test_truncation_at_max_model_len():
     cfg = _config(max_turns=5, max_new_tokens=48, max_model_len=first_prompt + 60)
     res = run_rollout(policy, m, cfg, [1])
     for t in res.trajectories:
-        assert t.truncated and t.num_turns == 1
+        assert t.end_reason == "context_overflow" and t.num_turns == 1 and t.turns[-1].done
+        assert t.continues_after_end(budget_is_terminal=True)
         assert len(t.input_ids) + 0 <= cfg.max_model_len
         assert t.input_ids[-1] == t.input_ids[t.turn_ends[-1]]  # ends on the last sampled id
         check_token_exact(t, engine.log)
-    assert res.stats["truncated_episodes"] == 2
-    assert rollout_metrics(res.trajectories)["truncation_rate"] == 1.0
+    assert res.stats["context_overflow_episodes"] == 2
+    metrics = rollout_metrics(res.trajectories)
+    assert metrics["truncation_rate"] == 1.0 and metrics["env_truncation_rate"] == 0.0
     # a first prompt that does not fit: zero turns, no crash
     cfg = _config(max_new_tokens=48, max_model_len=first_prompt + 10)
     (t, _) = run_rollout(policy, m, cfg, [1]).trajectories
-    assert t.truncated and t.num_turns == 0 and t.input_ids == [] and t.turn_ends == []
+    assert t.end_reason == "context_overflow" and t.num_turns == 0
+    assert t.input_ids == [] and t.turn_ends == []
+
+
+def test_turn_limit_and_terminated():
+    """Invalid moves never reach the goal: ``turn_limit``; the oracle reaches it:
+    ``terminated`` (also when its last turn is the last allowed)."""
+    policy, _ = _scripted(lambda p, c, r: "<think>x</think><answer>jump</answer>")
+    m = EnvStateManager(LINE, {"length": 30}, env_groups=1, group_size=1)
+    (t,) = run_rollout(policy, m, _config(max_turns=2), [5]).trajectories
+    assert t.num_turns == 2 and not t.success and t.end_reason == "turn_limit"
+    assert t.turns[-1].done
+    m.reset([5])
+    distance = abs(m.envs[0].goal - m.envs[0].pos)
+    cfg = _config(max_turns=distance, max_actions_per_trajectory=distance + 1)
+    (t,) = run_rollout(OraclePolicy(), m, cfg, [5]).trajectories
+    assert t.success and t.num_turns == distance and t.end_reason == "terminated"
+
+
+class _HiddenLimitLine(LineEnv):
+    """Truncates after ``limit`` moves; the observation does not show the count."""
+
+    def __init__(self, limit: int = 2, **kw) -> None:
+        super().__init__(**kw)
+        self.limit = limit
+
+    def _step(self, action):
+        obs, reward, terminated, _, info = super()._step(action)
+        truncated = not terminated and len(self.log) >= self.limit
+        return obs, reward, terminated, truncated, info
+
+
+def test_env_truncation_is_recorded_and_ends_the_turn():
+    policy, _ = _scripted(lambda p, c, r: "<think>x</think><answer>left || left || left</answer>")
+    m = EnvStateManager(_HiddenLimitLine, {"length": 30}, env_groups=1, group_size=2)
+    res = run_rollout(policy, m, _config(max_turns=5), [5])
+    for t in res.trajectories:
+        assert t.end_reason == "env_truncated" and t.num_turns == 1
+        assert t.turns[0].executed_actions == ["left", "left"]  # the cut stops the turn
+        assert t.continues_after_end(budget_is_terminal=True)
+    assert rollout_metrics(res.trajectories)["env_truncation_rate"] == 1.0
+
+
+def test_gymnasium_time_limit_reaches_the_trajectory_as_env_truncated():
+    gym = pytest.importorskip("gymnasium")
+    from ragen.envs.gym_adapter import GymEnv
+
+    def lake():
+        return GymEnv(
+            lambda: gym.make(
+                "FrozenLake-v1", render_mode="ansi", is_slippery=False, max_episode_steps=3
+            ),
+            action_names=["left", "down", "right", "up"],
+        )
+
+    policy, _ = _scripted(lambda p, c, r: "<think>x</think><answer>left || up</answer>")
+    m = EnvStateManager(lake, env_groups=1, group_size=1)
+    (t,) = run_rollout(policy, m, _config(max_turns=5), [0]).trajectories
+    assert t.num_actions == 3 and t.num_turns == 2 and t.end_reason == "env_truncated"
+
+
+class _OldContractLine(LineEnv):
+    def _step(self, action):
+        obs, reward, terminated, _, info = super()._step(action)
+        return obs, reward, terminated, info
+
+
+def test_an_env_on_the_old_contract_fails_loudly():
+    """The old 4-tuple is a bug to fix, never silently an invalid action."""
+    policy, _ = _scripted(lambda p, c, r: "<think>x</think><answer>left</answer>")
+    m = EnvStateManager(_OldContractLine, env_groups=1, group_size=1)
+    with pytest.raises(TypeError, match="old 4-tuple"):
+        run_rollout(policy, m, _config(max_turns=2), [0])
 
 
 # -- windowed context -------------------------------------------------------------------
@@ -206,6 +291,11 @@ def test_window_rollout_makes_one_sample_per_turn():
         assert t.num_turns == 3 and len(t.turns) == 3
     for samples in by_episode.values():
         assert [s.turn_index for s in samples] == [0, 1, 2]
+        # 'jump' is invalid: the episode runs into the turn limit; only the sample of
+        # the last turn ends there, the others' reward-to-go is Monte-Carlo
+        assert {s.end_reason for s in samples} == {"turn_limit"}
+        assert [s.continues_after_end(False) for s in samples] == [False, False, True]
+        assert not any(s.continues_after_end(True) for s in samples)
         assert [s.turn_rewards[0] for s in samples] == [x.reward for x in samples[0].turns]
         # turn 2's prompt shows turn 1 but not turn 0
         text = engine.tokenizer.decode(samples[2].input_ids)
@@ -240,6 +330,7 @@ def test_oracle_solves_and_its_samples_are_token_exact():
     res = run_rollout(OraclePolicy(tokenizer=tok), m, cfg, m.validation_seeds())
     for t in res.trajectories:
         assert t.success and t.num_format_errors == 0 and t.source == "oracle"
+        assert t.end_reason == "terminated" and not t.continues_after_end(False)
         assert t.context_exact and t.num_response_tokens > 0
         for turn, end in zip(t.turns, t.turn_ends):  # the response ids decode to its text
             assert (
@@ -345,6 +436,7 @@ def test_single_turn_env_ends_after_one_response_even_if_malformed():
     m = EnvStateManager(_OneShotLine, env_groups=1, group_size=2)
     res = run_rollout(policy, m, _config(max_turns=5), [0])
     assert all(t.num_turns == 1 and t.num_format_errors == 1 for t in res.trajectories)
+    assert all(t.end_reason == "terminated" for t in res.trajectories)
 
 
 def test_chat_policy_is_text_only_and_windowed():
@@ -369,9 +461,8 @@ def test_chat_policy_is_text_only_and_windowed():
         ["system", "user", "assistant", "user"],
         ["system", "user", "assistant", "user"],  # window 1: only the previous turn
     ]
-    assert seen[2][1]["content"].startswith("Turn 2:") and seen[2][3]["content"].startswith(
-        "Turn 3:"
-    )
+    assert seen[2][1]["content"].startswith("Turn 2 of 3:")
+    assert seen[2][3]["content"].startswith("Turn 3 of 3:")
     assert rollout_metrics(res.trajectories)["mean_turns"] == 3
 
 
@@ -379,7 +470,7 @@ def test_chat_policy_is_text_only_and_windowed():
 def test_rollout_with_custom_templates(which):
     import copy
 
-    from ragen.agent.testing import HAND_TEMPLATE, THINK_DROPPING_TEMPLATE
+    from fakes import HAND_TEMPLATE, THINK_DROPPING_TEMPLATE
 
     tok = copy.deepcopy(tiny_tokenizer("chatml"))
     tok.chat_template = HAND_TEMPLATE if which == "hand" else THINK_DROPPING_TEMPLATE

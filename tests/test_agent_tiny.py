@@ -13,10 +13,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from fakes import LineEnv, check_token_exact  # noqa: E402
+
 from ragen.agent.env_manager import EnvStateManager  # noqa: E402
 from ragen.agent.policies import ModelPolicy, OraclePolicy  # noqa: E402
 from ragen.agent.rollout import RolloutConfig, run_rollout  # noqa: E402
-from ragen.agent.testing import LineEnv, check_token_exact  # noqa: E402
 from ragen.cli import main  # noqa: E402
 
 

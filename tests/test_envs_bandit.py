@@ -14,8 +14,9 @@ def pull_many(env: BanditEnv, arm: str, n: int, seed: int = 0) -> list[float]:
     payouts = []
     for k in range(n):
         env.reset(seed, rng_seed=k)
-        _, reward, done, info = env.step(arm)
-        assert done and info["action_is_valid"] and info["payout"] == reward
+        _, reward, terminated, truncated, info = env.step(arm)
+        assert terminated and not truncated  # the one pull ends the MDP
+        assert info["action_is_valid"] and info["payout"] == reward
         payouts.append(reward)
     return payouts
 
@@ -51,7 +52,7 @@ def test_oracle_semantics_test_pairs_and_reversal():
     env = make("bandit")
     env.reset(0)
     assert env.oracle_action() == "Dragon" and env.high_arm == "Dragon"
-    _, _, _, info = env.step("Phoenix")
+    info = env.step("Phoenix")[-1]
     assert not info["success"] and not info["high_risk"]
     rev = make("bandit_reversed")
     rev.reset(0)
@@ -73,8 +74,14 @@ def test_invalid_choices_and_config_errors():
     env = make("bandit")
     obs = env.reset(0)
     for junk in ["", "phoenixx", "both", "Phoenix Dragon", "1"]:
-        o, r, done, info = env.step(junk)
-        assert (o, r, done, info["action_is_valid"]) == (obs, 0.0, False, False)
+        o, r, terminated, truncated, info = env.step(junk)
+        assert (o, r, terminated, truncated, info["action_is_valid"]) == (
+            obs,
+            0.0,
+            False,
+            False,
+            False,
+        )
     assert env.single_turn is True
     with pytest.raises(ValueError, match="arm_pairs"):
         BanditEnv(arm_pairs="validation")

@@ -41,7 +41,7 @@ def test_play_ends_cleanly_on_eof_and_finished_episodes(capsys, monkeypatch):
     code, out, _ = run(["play", "frozen_lake_det", "--seed", "1"], capsys, monkeypatch, "")
     assert code == 0 and "episode over" in out
     code, out, _ = run(["play", "bandit", "--seed", "0"], capsys, monkeypatch, "dragon\nphoenix\n")
-    assert code == 0 and "You pulled Dragon" in out and "done=True" in out
+    assert code == 0 and "You pulled Dragon" in out and "terminated=True" in out
 
 
 def test_play_solver_solves_and_overrides_apply(capsys, monkeypatch):

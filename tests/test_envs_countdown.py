@@ -74,7 +74,7 @@ def test_unary_minus_is_a_policy():
     assert evaluate("4 * -(2 - 5)", allow_unary_minus=True).value == 12
     env = CountdownEnv(numbers=[3, 5], target=2)
     env.reset(0)
-    assert not env.step("-3 + 5")[3]["action_is_valid"]
+    assert not env.step("-3 + 5")[-1]["action_is_valid"]
     env = CountdownEnv(numbers=[3, 5], target=2, allow_unary_minus=True)
     env.reset(0)
     assert env.step("-3 + 5")[1] == 1.0
@@ -117,8 +117,9 @@ def test_solver_finds_classic_and_reports_impossible():
 def test_rewards_and_number_rules():
     env = CountdownEnv(numbers=[2, 3, 7], target=13)
     env.reset(0)
-    obs, r, done, info = env.step("2 * 3 + 7")
-    assert (r, done, info["success"], info["reason"]) == (1.0, True, True, "correct")
+    obs, r, terminated, truncated, info = env.step("2 * 3 + 7")
+    assert (r, terminated, truncated) == (1.0, True, False)
+    assert (info["success"], info["reason"]) == (True, "correct")
     assert "correct" in obs
     for answer, reason in [
         ("2 + 3 + 7", "evaluates to 12"),
@@ -127,8 +128,9 @@ def test_rewards_and_number_rules():
         ("7 / (3 - 3)", "division by zero"),
     ]:
         env.reset(0)
-        _, r, done, info = env.step(answer)
-        assert r == pytest.approx(0.1) and done and not info["success"] and reason in info["reason"]
+        _, r, terminated, truncated, info = env.step(answer)
+        assert r == pytest.approx(0.1) and terminated and not truncated  # the one answer
+        assert not info["success"] and reason in info["reason"]
     # exactly-once rule
     exact = CountdownEnv(numbers=[2, 3, 7, 1], target=13, number_use="exactly_once")
     exact.reset(0)
@@ -143,14 +145,27 @@ def test_invalid_answers_change_nothing_and_attempts_allow_few_turns():
     env = CountdownEnv(numbers=[2, 3, 7], target=13, max_attempts=2)
     assert env.single_turn is False and CountdownEnv().single_turn is True
     obs = env.reset(0)
+    assert obs.endswith("Answers left: 2")  # the answer budget is part of the state
+    assert "Answers left" not in CountdownEnv().reset(0)
     before = env.snapshot()
-    _, r, done, info = env.step("two times three")
-    assert not info["action_is_valid"] and r == 0.0 and not done and env.snapshot() == before
-    assert env.render("text") == obs
-    _, r, done, _ = env.step("2 + 3")
-    assert r == pytest.approx(0.1) and not done
-    _, r, done, info = env.step("2 * 3 + 7")
-    assert r == 1.0 and done and info["attempts"] == 2
+    _, r, terminated, truncated, info = env.step("two times three")
+    assert not info["action_is_valid"] and r == 0.0 and not terminated and not truncated
+    assert env.snapshot() == before and env.render("text") == obs
+    obs, r, terminated, truncated, _ = env.step("2 + 3")
+    assert r == pytest.approx(0.1) and not terminated and not truncated
+    assert obs.endswith("Answers left: 1")
+    _, r, terminated, truncated, info = env.step("2 * 3 + 7")
+    assert r == 1.0 and terminated and not truncated and info["attempts"] == 2
+
+
+def test_running_out_of_answers_terminates():
+    """The answers left are observed, so the last wrong answer is a terminal state."""
+    env = CountdownEnv(numbers=[2, 3, 7], target=13, max_attempts=2)
+    env.reset(0)
+    env.step("2 + 3")
+    obs, r, terminated, truncated, info = env.step("2 + 7")
+    assert terminated and not truncated and not info["success"] and r == pytest.approx(0.1)
+    assert obs.endswith("Answers left: 0")
 
 
 def test_env_puzzles_follow_the_seed_and_the_oracle_solves_them():
@@ -159,12 +174,12 @@ def test_env_puzzles_follow_the_seed_and_the_oracle_solves_them():
     assert len({env.reset(s) for s in range(10)}) == 10
     for seed in range(20):
         env.reset(seed)
-        _, r, done, info = env.step(env.oracle_action())
-        assert r == 1.0 and done and info["success"]
+        _, r, terminated, truncated, info = env.step(env.oracle_action())
+        assert r == 1.0 and terminated and not truncated and info["success"]
     rng = random.Random(0)
     for seed in range(20):
         env.reset(seed)
-        assert env.step(env.random_action(rng))[3]["action_is_valid"]
+        assert env.step(env.random_action(rng))[-1]["action_is_valid"]
 
 
 def test_bad_configs():

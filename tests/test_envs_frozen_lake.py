@@ -84,31 +84,37 @@ def test_bad_configs_raise_naming_the_parameter():
         FrozenLakeEnv(desc=["SFX", "FFG"])
 
 
-def test_rewards_holes_and_goal_end_the_episode():
+def test_rewards_holes_and_goal_terminate_the_episode():
     env = FrozenLakeEnv(desc=["SHG", "FFF"], p=1.0)
     env.reset(0)
-    obs, r, done, info = env.step("right")
-    assert done and r == 0.0 and info["fell_in_hole"] and not info["success"]
-    assert obs.splitlines()[0] == "_XG"
+    obs, r, terminated, truncated, info = env.step("right")
+    assert terminated and not truncated and r == 0.0 and info["fell_in_hole"]
+    assert not info["success"] and obs.splitlines()[0] == "_XG"
     env.reset(0)
     for action in ("down", "right", "right"):
-        _, r, done, info = env.step(action)
-    assert r == 0.0 and not done
-    _, r, done, info = env.step("up")
-    assert done and r == 1.0 and info["success"] and env.render("text").splitlines()[0] == "_O√"
+        _, r, terminated, truncated, info = env.step(action)
+    assert r == 0.0 and not terminated and not truncated
+    _, r, terminated, truncated, info = env.step("up")
+    assert terminated and not truncated and r == 1.0 and info["success"]
+    assert env.render("text").splitlines()[0] == "_O√"
     env.reset(0)
-    _, _, _, info = env.step("left")  # into the edge: valid, not effective
+    info = env.step("left")[-1]  # into the edge: valid, not effective
     assert info["action_is_valid"] and not info["action_is_effective"]
-    _, _, _, info = env.step("jump")
-    assert not info["action_is_valid"]
+    _, r, terminated, truncated, info = env.step("jump")
+    assert (r, terminated, truncated, info["action_is_valid"]) == (0.0, False, False, False)
 
 
 def test_max_steps_truncates():
+    """The step counter is not in the observation: hitting it truncates."""
     env = FrozenLakeEnv(desc=["SFG"], p=1.0, max_steps=2)
     env.reset(0)
-    assert env.step("left")[2] is False
-    _, _, done, info = env.step("left")
-    assert done and info["truncated"] and not info["success"]
+    assert env.step("left")[2:4] == (False, False)
+    _, _, terminated, truncated, info = env.step("left")
+    assert truncated and not terminated and not info["success"] and env.done
+    # reaching the goal on the last allowed step terminates and does not also truncate
+    env.reset(0)
+    env.step("right")
+    assert env.step("right")[2:4] == (True, False) and env.success
 
 
 def test_oracle_matches_the_known_optimum_of_the_classic_slippery_lake():

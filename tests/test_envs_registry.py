@@ -114,7 +114,7 @@ class _LeakyEnv(Env):
     def _step(self, action):
         self.count += 1
         valid = action == "go"
-        return self.render(), 0.0, False, make_info(valid, valid, False)
+        return self.render(), 0.0, False, False, make_info(valid, valid, False)
 
     @property
     def instructions(self):
@@ -131,3 +131,45 @@ class _LeakyEnv(Env):
 def test_checker_catches_a_broken_env():
     with pytest.raises(EnvCheckError, match="invalid action .* changed the state"):
         check_env(_LeakyEnv(), seeds=(0,))
+
+
+class _OldContractEnv(_LeakyEnv):
+    """Follows the old contract: ``_step`` returns ``(obs, reward, done, info)``."""
+
+    def _step(self, action):
+        valid = action == "go"
+        self.count += valid
+        return self.render(), 0.0, self.count >= 2, make_info(valid, valid, False)
+
+
+class _OverridingStepEnv(_OldContractEnv):
+    """Overrides ``step`` itself with the old 4-tuple."""
+
+    def step(self, action):
+        return self._step(action)
+
+
+@pytest.mark.parametrize("env_type", [_OldContractEnv, _OverridingStepEnv])
+def test_checker_rejects_the_old_four_tuple_naming_the_fix(env_type):
+    with pytest.raises(EnvCheckError, match="old 4-tuple") as err:
+        check_env(env_type(), seeds=(0,))
+    assert "(obs, reward, terminated, truncated, info)" in str(err.value)
+
+
+class _FlagTypeEnv(_LeakyEnv):
+    """Overrides ``step`` with int flags (``Env.step`` itself coerces them to bool)."""
+
+    def step(self, action):
+        return self.render(), 0.0, 0, 0, make_info(True, False, False)
+
+
+def test_checker_requires_bool_flags():
+    with pytest.raises(EnvCheckError, match="terminated must be a bool"):
+        check_env(_FlagTypeEnv(), seeds=(0,))
+
+
+def test_env_step_rejects_the_old_four_tuple_outside_the_checker():
+    env = _OldContractEnv()
+    env.reset(0)
+    with pytest.raises(TypeError, match=r"_OldContractEnv\._step returned the old 4-tuple"):
+        env.step("go")

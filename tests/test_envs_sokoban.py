@@ -62,11 +62,13 @@ def plain_bfs_length(room: Room) -> int | None:
 
 
 def play(env: SokobanEnv, plan: list[str]) -> tuple[float, bool]:
-    total, done = 0.0, False
+    """Play ``plan``; the total reward and whether the last step terminated."""
+    total, terminated = 0.0, False
     for action in plan:
-        _, reward, done, _ = env.step(action)
+        _, reward, terminated, truncated, _ = env.step(action)
+        assert not truncated
         total += reward
-    return total, done
+    return total, terminated
 
 
 # -- generator + solver ---------------------------------------------------------------------------
@@ -149,11 +151,11 @@ def test_rewards_push_on_push_off_and_solve():
     level = "#######\n#@$ . #\n#  $ .#\n#######"
     env = SokobanEnv(levels=parse_levels(level))
     env.reset(0)
-    _, r, done, info = env.step("right")  # box one step closer
+    _, r, done, _, info = env.step("right")  # box one step closer
     assert r == pytest.approx(-0.1) and info["action_is_effective"] and not done
-    _, r, _, info = env.step("right")  # box onto the target
+    _, r, _, _, info = env.step("right")  # box onto the target
     assert r == pytest.approx(0.9) and info["boxes_on_target"] == 1
-    _, r, _, _ = env.step("right")  # and off again
+    r = env.step("right")[1]  # and off again
     assert r == pytest.approx(-1.1)
     env.reset(0)
     plan = solve(env)
@@ -166,23 +168,30 @@ def test_rewards_push_on_push_off_and_solve():
 def test_wall_bumps_cost_a_step_and_invalid_actions_change_nothing():
     env = SokobanEnv(levels=parse_levels("#####\n#@$.#\n#####"))
     obs = env.reset(0)
-    _, r, _, info = env.step("up")
+    _, r, _, _, info = env.step("up")
     assert info["action_is_valid"] and not info["action_is_effective"] and r == pytest.approx(-0.1)
     before = env.snapshot()
     for junk in ["", "jump", "upp", "up left", "<answer>up</answer>", "1", "\x00"]:
-        o, r, done, info = env.step(junk)
-        assert not info["action_is_valid"] and r == 0.0 and not done and o == obs
+        o, r, terminated, truncated, info = env.step(junk)
+        assert not info["action_is_valid"] and r == 0.0 and o == obs
+        assert not terminated and not truncated
     assert env.snapshot() == before
-    _, r, done, info = env.step(" R ")  # alias, case/whitespace-insensitive
-    assert done and info["success"] and r == pytest.approx(10.9)
+    _, r, terminated, truncated, info = env.step(" R ")  # alias, case/whitespace-insensitive
+    assert terminated and not truncated and info["success"] and r == pytest.approx(10.9)
 
 
 def test_max_steps_truncates():
+    """The step counter is not in the observation: hitting it truncates, not terminates."""
     env = SokobanEnv(levels=parse_levels("#####\n#@$.#\n#####"), max_steps=3)
     env.reset(0)
     results = [env.step("up") for _ in range(3)]  # wall bumps
-    assert [done for _, _, done, _ in results] == [False, False, True]
-    assert results[-1][3]["truncated"] and not results[-1][3]["success"]
+    assert [(r[2], r[3]) for r in results] == [(False, False), (False, False), (False, True)]
+    assert not results[-1][4]["success"] and env.done and env.truncated
+    # solving on the last allowed step terminates and does not also truncate
+    env.reset(0)
+    env.step("up")
+    env.step("up")
+    assert env.step("right")[2:4] == (True, False) and env.success
 
 
 def test_symbol_vocabularies_and_rgb():
@@ -207,7 +216,7 @@ def test_oracle_follows_an_optimal_plan_and_replans_after_a_detour():
     boxes = env.room.boxes
     for action in env.action_names:
         env.reset(11)
-        _, _, _, info = env.step(action)
+        info = env.step(action)[-1]
         if info["action_is_effective"] and env.room.boxes == boxes:
             break
     steps = 1

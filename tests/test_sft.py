@@ -28,6 +28,9 @@ def test_expert_data_masks_exactly_the_assistant_tokens(tiny_model_dir):
         replies = "".join(t.response for t in traj.turns)
         assert tok.decode(masked) == replies
         assert "<answer>" in replies and "State:" not in tok.decode(masked)
+        # the prompts are the RL rollout's: both budgets shown
+        assert traj.turns[0].prompt.startswith("Turn 1 of 5:\n")
+        assert "You have 10 actions left" in traj.turns[0].prompt
 
 
 def test_windowed_expert_data_is_one_sample_per_turn_with_only_the_current_state(tiny_model_dir):

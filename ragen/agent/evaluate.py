@@ -206,7 +206,8 @@ _TABLE_ROWS = [
     ("mean_actions", "mean actions", "{:.2f}"),
     ("response_length", "response length (tokens)", "{:.1f}"),
     ("format_error_rate", "format error rate", "{:.1%}"),
-    ("truncation_rate", "truncation rate", "{:.1%}"),
+    ("truncation_rate", "context overflow rate", "{:.1%}"),
+    ("env_truncation_rate", "env truncation rate", "{:.1%}"),
     ("tokens_per_s", "generated tokens/s", "{:.1f}"),
 ]
 

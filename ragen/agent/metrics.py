@@ -20,7 +20,9 @@ mean_turns               turns per episode
 mean_actions             executed actions per episode
 response_length          sampled tokens per turn (episodes with token ids only)
 format_error_rate        badly formatted turns / turns
-truncation_rate          fraction of episodes ended by ``max_model_len``
+truncation_rate          fraction of episodes ended by ``max_model_len`` (end_reason
+                         ``context_overflow``)
+env_truncation_rate      fraction of episodes the env truncated (``env_truncated``)
 =======================  ==========================================================
 """
 
@@ -96,7 +98,10 @@ def rollout_metrics(
         "mean_turns": n_turns / len(heads),
         "mean_actions": n_actions / len(heads),
         "format_error_rate": sum(h.num_format_errors for h in heads) / n_turns if n_turns else 0.0,
-        "truncation_rate": _mean([float(h.truncated) for h in heads]),
+        # episodes cut because the next prompt did not fit max_model_len
+        "truncation_rate": _mean([float(h.end_reason == "context_overflow") for h in heads]),
+        # episodes the env truncated (a hidden step limit, gymnasium's TimeLimit)
+        "env_truncation_rate": _mean([float(h.end_reason == "env_truncated") for h in heads]),
     }
     if token_turns:
         total_tokens = sum(n for n, _ in token_turns)

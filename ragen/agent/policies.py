@@ -188,8 +188,8 @@ class OraclePolicy(_ActionPolicy):
                 action = _random_action(sim, rng)
             actions.append(str(action))
             if k + 1 < n:
-                _, _, done, _ = sim.step(action)
-                if done:
+                _, _, terminated, truncated, _ = sim.step(action)
+                if terminated or truncated:
                     break
         return actions
 

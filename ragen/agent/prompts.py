@@ -1,14 +1,18 @@
 """The text of the system and per-turn user messages the policy sees.
 
 System message = the environment's ``instructions`` + the response format.
-User message of turn t (0-based)::
+User message of turn t (0-based) of ``max_turns``::
 
-    Turn 1:
+    Turn 2 of 5:
     Reward of your last turn: -0.1        <- from turn 2 on
     State:
     <observation text>
-    You have 8 actions left (at most 5 per turn).
+    You have 8 actions left (at most 5 this turn).
     Reply as <think>...</think><answer>...</answer> ...
+
+Both budgets (turns and actions left) are in every user message: they are part of the
+state the policy sees, so an episode that ends by running out of them ends at a state
+that shows it (``budget_is_terminal`` may treat it as terminal).
 
 Kept deliberately plain: the wording is part of the training distribution, so it
 changes only together with a version bump in ``PROMPT_VERSION``.
@@ -23,7 +27,7 @@ Two styles:
 
 from __future__ import annotations
 
-PROMPT_VERSION = 1
+PROMPT_VERSION = 2  # 2: the turn header shows max_turns
 PROMPT_STYLES = ("full", "compact")
 
 
@@ -84,16 +88,21 @@ def user_message(
     max_actions_per_turn: int,
     previous_reward: float | None = None,
     think: bool = True,
+    *,
+    max_turns: int,
     style: str = "full",
 ) -> str:
-    """The user message opening turn ``turn`` (0-based; shown 1-based)."""
+    """The user message opening turn ``turn`` (0-based; shown 1-based) of ``max_turns``:
+    "Turn 2 of 5" (full) or "Turn 2/5, 8 actions left" (compact)."""
     _check_style(style)
+    if not 0 <= turn < max_turns:
+        raise ValueError(f"turn {turn} (0-based) is outside max_turns={max_turns}")
     if style == "compact":
-        head = f"Turn {turn + 1}, {actions_left} actions left"
+        head = f"Turn {turn + 1}/{max_turns}, {actions_left} actions left"
         if previous_reward is not None:
             head += f", last reward {previous_reward:g}"
         return f"{head}:\n{observation.rstrip()}"
-    lines = [f"Turn {turn + 1}:"]
+    lines = [f"Turn {turn + 1} of {max_turns}:"]
     if previous_reward is not None:
         lines.append(f"Reward of your last turn: {previous_reward:g}")
     lines.append("State:")

@@ -5,15 +5,19 @@
     result.trajectories  # list[Trajectory], token-exact training samples
     result.stats         # generated_tokens, tokens_per_s, ...
 
-Per turn, for every live environment: build the user message (turn number, state,
-previous reward, actions left), extend the token context (``ContextManager``), and end
-the episode as ``truncated`` if ``len(prompt) + max_new_tokens > max_model_len``. Then
-ONE ``policy.act`` call for all live environments. Each response is parsed strictly
-(``parse_response``); a malformed turn executes nothing and earns ``format_penalty``,
-a well-formed one earns ``format_reward`` plus the env rewards of its executed actions
-(at most ``max_actions_per_turn``, within ``max_actions_per_trajectory``). An episode
-ends when the env is done, the trajectory action budget is spent, the context is full,
-or after ``max_turns``.
+Per turn, for every live environment: build the user message (turn number of
+``max_turns``, state, previous reward, actions left), extend the token context
+(``ContextManager``), and end the episode (``context_overflow``) if
+``len(prompt) + max_new_tokens > max_model_len``. Then ONE ``policy.act`` call for all
+live environments. Each response is parsed strictly (``parse_response``); a malformed
+turn executes nothing and earns ``format_penalty``, a well-formed one earns
+``format_reward`` plus the env rewards of its executed actions (at most
+``max_actions_per_turn``, within ``max_actions_per_trajectory``).
+
+An episode ends, and its trajectories record why (``Trajectory.end_reason``), when the
+env terminates (``terminated``; also a single-turn env's one response) or truncates
+(``env_truncated``), the trajectory action budget is spent (``action_budget``), the
+next prompt does not fit (``context_overflow``), or after ``max_turns`` (``turn_limit``).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ragen.engines.base import SamplingParams
-from ragen.envs.base import derive_seed
+from ragen.envs.base import StepResultError, check_step_result, derive_seed
 
 from . import prompts
 from .context import ChatFormat, ContextManager, SampleIds
@@ -41,7 +45,7 @@ class RolloutConfig:
     max_actions_per_turn: int = 5  # actions executed from one answer
     max_actions_per_trajectory: int = 10  # actions per episode (the episode ends when spent)
     max_new_tokens: int = 400  # generation budget per turn
-    max_model_len: int = 4096  # prompt + max_new_tokens must fit, else the episode truncates
+    max_model_len: int = 4096  # prompt + max_new_tokens must fit, else the episode ends
     think: bool = True  # <think>..</think><answer>..</answer> (False: <answer> only)
     separator: str = "||"  # between actions inside <answer>
     format_penalty: float = -0.1  # added to a badly formatted turn's reward
@@ -109,13 +113,16 @@ class _Episode:
     turns: list[TurnRecord] = field(default_factory=list)
     turn_rewards: list[float] = field(default_factory=list)
     turn_token_counts: list[int] = field(default_factory=list)
-    done: bool = False
     success: bool = False
-    truncated: bool = False
+    end_reason: str | None = None  # one of trajectory.END_REASONS once the episode ended
     num_actions: int = 0
     num_valid: int = 0
     num_effective: int = 0
     num_format_errors: int = 0
+
+    @property
+    def done(self) -> bool:
+        return self.end_reason is not None
 
 
 def _chat_format(policy: Policy, strategy: str) -> ChatFormat | None:
@@ -188,6 +195,9 @@ def run_rollout(
             n_tokens = _close_turn(ep, manager.envs[ep.index], request, out, config, fmt)
             if out.token_ids is not None:
                 stats["generated_tokens"] += n_tokens
+    for ep in episodes:
+        if not ep.done:  # still going after the last allowed turn
+            _end_after_last_turn(ep, "turn_limit")
 
     trajectories = [t for ep in episodes for t in _build_trajectories(ep, manager, policy)]
     wall = time.perf_counter() - tic
@@ -197,7 +207,9 @@ def run_rollout(
         rollout_tokens_per_s=stats["generated_tokens"] / max(wall, 1e-9),
         episodes=float(len(episodes)),
         samples=float(len(trajectories)),
-        truncated_episodes=float(sum(ep.truncated for ep in episodes)),
+        context_overflow_episodes=float(
+            sum(ep.end_reason == "context_overflow" for ep in episodes)
+        ),
         context_fallbacks=float(sum(ep.ctx.num_fallbacks for ep in episodes if ep.ctx)),
         context_inexact=float(sum(not t.context_exact for t in trajectories if t.input_ids)),
     )
@@ -212,7 +224,8 @@ def _actions_left(ep: _Episode, config: RolloutConfig) -> int:
 def _open_turn(
     ep: _Episode, manager: EnvStateManager, config: RolloutConfig, turn: int, max_model_len: int
 ) -> TurnRequest | None:
-    """Build turn ``turn``'s prompt; None (episode over, truncated) when it does not fit."""
+    """Build turn ``turn``'s prompt; None (the episode ends: ``context_overflow``) when
+    it does not fit ``max_model_len``."""
     left = _actions_left(ep, config)
     prev = ep.turn_rewards[-1] if ep.turn_rewards else None
     user = prompts.user_message(
@@ -222,6 +235,7 @@ def _open_turn(
         config.max_actions_per_turn,
         prev,
         config.think,
+        max_turns=config.max_turns,
         style=config.prompt_style,
     )
     prompt_ids = None
@@ -229,7 +243,7 @@ def _open_turn(
         prompt_ids = ep.ctx.next_prompt(user)
         if len(prompt_ids) + config.max_new_tokens > max_model_len:
             ep.ctx.cancel_prompt()
-            ep.done = ep.truncated = True
+            _end_after_last_turn(ep, "context_overflow")
             return None
     history = ep.messages
     if config.context_window is not None:  # text history follows the same window
@@ -273,15 +287,15 @@ def _close_turn(
     budget = min(config.max_actions_per_turn, _actions_left(ep, config))
     executed = parsed.actions[:budget] if parsed.format_ok else []
     env_reward, valid, effective = 0.0, [], []
-    done = False
+    terminated = truncated = False
     for action in executed:
-        obs, reward, done, info = _safe_step(env, action)
+        obs, reward, terminated, truncated, info = _safe_step(env, action)
         ep.observation = obs
         env_reward += reward
         valid.append(bool(info.get("action_is_valid", False)))
         effective.append(bool(info.get("action_is_effective", False)))
         ep.success = ep.success or bool(info.get("success", False))
-        if done:
+        if terminated or truncated:
             break
     executed = executed[: len(valid)]
     ep.num_actions += len(executed)
@@ -293,11 +307,11 @@ def _close_turn(
     reward = env_reward + shaping
     ep.turn_rewards.append(reward)
     ep.turn_token_counts.append(n_tokens)
-    ep.done = (
-        bool(done)
-        or _actions_left(ep, config) <= 0
-        or bool(getattr(env, "done", False))
-        or bool(getattr(env, "single_turn", False))  # one response ends the episode
+    ep.end_reason = _end_reason(
+        bool(terminated),
+        bool(truncated),
+        single_turn=bool(getattr(env, "single_turn", False)),
+        budget_spent=_actions_left(ep, config) <= 0,
     )
     ep.turns.append(
         TurnRecord(
@@ -323,6 +337,31 @@ def _close_turn(
     return n_tokens
 
 
+def _end_after_last_turn(ep: _Episode, reason: str) -> None:
+    """End an episode between turns; its last turn record (if any) becomes the final one."""
+    ep.end_reason = reason
+    if ep.turns:
+        ep.turns[-1].done = True
+
+
+def _end_reason(
+    terminated: bool, truncated: bool, single_turn: bool, budget_spent: bool
+) -> str | None:
+    """Why the episode ends after this turn, or None when it goes on.
+
+    A terminal state wins over a truncation reported on the same step (nothing follows
+    it to bootstrap from, as in gymnasium); a single-turn env's one response, well-formed
+    or not, terminates its MDP.
+    """
+    if terminated or single_turn:
+        return "terminated"
+    if truncated:
+        return "env_truncated"
+    if budget_spent:
+        return "action_budget"
+    return None
+
+
 def _cut_at_stop(text: str, finish_reason: str) -> str:
     """Drop what trails the first ``</answer>`` when generation stopped there.
 
@@ -337,16 +376,20 @@ def _cut_at_stop(text: str, finish_reason: str) -> str:
 _REJECTED = (ValueError, KeyError, IndexError, TypeError)
 
 
-def _safe_step(env: Any, action: str) -> tuple[str, float, bool, dict[str, Any]]:
-    """``env.step`` that turns an env's rejection (an exception) into an invalid action."""
+def _safe_step(env: Any, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+    """``env.step`` (``(obs, reward, terminated, truncated, info)``) that turns an env's
+    rejection (an exception) into an invalid action, which leaves the episode as it was."""
     try:
-        return env.step(action)
+        return check_step_result(env.step(action), f"{type(env).__name__}.step")
+    except StepResultError:
+        raise  # a broken env contract is a bug to fix, not an invalid action
     except _REJECTED as err:  # the contract says envs never raise; be robust anyway
         obs = env.render("text")
         return (
             obs,
             0.0,
-            bool(getattr(env, "done", False)),
+            bool(getattr(env, "terminated", False)),
+            bool(getattr(env, "truncated", False)),
             {
                 "action_is_valid": False,
                 "action_is_effective": False,
@@ -372,7 +415,7 @@ def _build_trajectories(ep: _Episode, manager: EnvStateManager, policy: Policy) 
         num_valid_actions=ep.num_valid,
         num_effective_actions=ep.num_effective,
         num_format_errors=ep.num_format_errors,
-        truncated=ep.truncated,
+        end_reason=ep.end_reason,
         turns=ep.turns,
         source=policy.name,
     )

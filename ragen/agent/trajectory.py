@@ -19,12 +19,33 @@ the turn it trains; episode-level facts and ``turns`` are repeated on each sampl
 possible for a policy that returned nothing) has no end position; its reward is folded
 into the neighbouring turn's entry. Text-only samples (a chat API policy) have no ids:
 ``input_ids == turn_ends == []`` and ``turn_rewards`` holds every turn's reward.
+
+``end_reason`` says why the episode ended (one of :data:`END_REASONS`); together with
+``continues_after_end`` it tells a critic whether the return stops at the sample's end
+or would have gone on (bootstrap).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+#: Why an episode ended, in the order the rollout checks them after a turn:
+#:
+#: * ``terminated``: the env reached a terminal state (goal, failure, the answer of a
+#:   single-turn env). Nothing follows; the return is complete.
+#: * ``env_truncated``: the env cut the episode for a reason the agent does not
+#:   observe (a hidden step limit, gymnasium's ``TimeLimit``). The return would go on.
+#: * ``action_budget``: the trajectory's ``max_actions_per_trajectory`` actions are spent.
+#: * ``turn_limit``: ``max_turns`` turns were played.
+#: * ``context_overflow``: the next turn's prompt plus ``max_new_tokens`` did not fit
+#:   ``max_model_len`` (the agent would have acted again; the return would go on).
+#:
+#: The two budgets are shown in every prompt ("Turn 2 of 5", "8 actions left"), so they
+#: are part of the state and may be treated as terminal (``budget_is_terminal``).
+END_REASONS = ("terminated", "turn_limit", "action_budget", "context_overflow", "env_truncated")
+_BUDGET_REASONS = ("turn_limit", "action_budget")
+_CUT_REASONS = ("env_truncated", "context_overflow")
 
 
 @dataclass
@@ -39,7 +60,7 @@ class TurnRecord:
     env_reward: float  # sum of env rewards this turn
     format_ok: bool
     reward: float  # env_reward + format shaping (penalty / bonus)
-    done: bool
+    done: bool  # the episode ended after this turn (why: ``Trajectory.end_reason``)
     info: dict[str, Any] = field(default_factory=dict)
     prompt: str = ""  # the full user message that opened the turn (what the policy read)
 
@@ -68,11 +89,36 @@ class Trajectory:
     num_valid_actions: int = 0
     num_effective_actions: int = 0
     num_format_errors: int = 0
-    truncated: bool = False  # ended because the next prompt exceeded max_model_len
+    end_reason: str = "terminated"  # why the episode ended, one of END_REASONS
     turns: list[TurnRecord] = field(default_factory=list)  # the whole episode's turns
     # --- provenance -----------------------------------------------------------------
     source: str = ""  # policy that played it: "model", "oracle", "random", "chat"
     context_exact: bool = True  # decode(input_ids) == the chat template's own rendering
+
+    def __post_init__(self) -> None:
+        if self.end_reason not in END_REASONS:
+            raise ValueError(f"end_reason must be one of {END_REASONS}, got {self.end_reason!r}")
+
+    def continues_after_end(self, budget_is_terminal: bool) -> bool:
+        """Whether the return truly continues past this sample's end, so that a critic
+        should bootstrap from the value of the state after it.
+
+        True when the episode was cut (``end_reason`` ``"env_truncated"`` or
+        ``"context_overflow"``), or ran out of a budget (``"turn_limit"``,
+        ``"action_budget"``) and ``budget_is_terminal`` is False. A terminated episode,
+        or a spent budget treated as terminal (it is shown in every prompt, so it is part
+        of the state), ends the return: False.
+
+        A windowed sample (one turn per sample, ``reward_from_turn is not None``) ends
+        the episode only if it holds the episode's last turn; the samples of earlier
+        turns return False, since their reward-to-go already sums the rest of the
+        episode (Monte-Carlo).
+        """
+        if self.reward_from_turn is not None and self.turn_index != self.num_turns - 1:
+            return False
+        if self.end_reason in _CUT_REASONS:
+            return True
+        return self.end_reason in _BUDGET_REASONS and not budget_is_terminal
 
     @property
     def reward(self) -> float:

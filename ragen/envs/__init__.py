@@ -3,7 +3,7 @@
     >>> import ragen.envs as envs
     >>> env = envs.make("sokoban")
     >>> obs = env.reset(seed=0)
-    >>> obs, reward, done, info = env.step("up")
+    >>> obs, reward, terminated, truncated, info = env.step("up")
 
 Every env here is registered by name with preset defaults (``make(name, **overrides)``);
 see ``docs/ENVIRONMENTS.md`` for the knobs and for adding your own.

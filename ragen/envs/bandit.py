@@ -107,7 +107,7 @@ class BanditEnv(Env):
     def _step(self, action: str) -> StepResult:
         chosen = next((name for name in self.shown if name.lower() == action), None)
         if chosen is None:
-            return self.render("text"), 0.0, False, make_info(False, False, False)
+            return self.render("text"), 0.0, False, False, make_info(False, False, False)
         if chosen == self.high_arm:
             payout = self.high_payout if self.rng.random() < self.high_prob else 0.0
         else:
@@ -117,7 +117,7 @@ class BanditEnv(Env):
         info = make_info(
             True, True, best, arm=chosen, high_risk=chosen == self.high_arm, payout=payout
         )
-        return self.render("text"), payout, True, info
+        return self.render("text"), payout, True, False, info  # the one pull ends the MDP
 
     # -- views --------------------------------------------------------------------------------
     @property

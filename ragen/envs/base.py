@@ -1,8 +1,22 @@
 """The environment contract every ragen environment follows.
 
 An environment knows nothing about torch or language models. It turns ONE parsed
-action string into the next observation (text), a scalar reward, a done flag and
-an ``info`` dict with at least::
+action string into the next observation (text), a scalar reward, two end flags and
+an ``info`` dict, like gymnasium::
+
+    obs, reward, terminated, truncated, info = env.step("up")
+
+* ``terminated``: the MDP reached a terminal state (goal, hole, solved, the single
+  answer of a single-turn env given). Nothing follows it: its value is 0.
+* ``truncated``: the env cut the episode for a reason the agent does not observe
+  (a step limit whose counter the observation does not show, gymnasium's
+  ``TimeLimit``). The return would have continued: a critic should bootstrap.
+* Both may be True at once (gymnasium allows it: a ``TimeLimit`` hit on the step that
+  also terminates). Consumers then treat the episode as terminated, since a terminal
+  state has no future to bootstrap. The built-in envs never set both.
+* ``env.done`` is ``terminated or truncated``: "is the episode over".
+
+``info`` holds at least::
 
     info["action_is_valid"]      # the string named a legal action
     info["action_is_effective"]  # the action changed the state
@@ -15,8 +29,9 @@ Rules of the contract (checked by ``ragen.envs.checker.check_env``):
 * Stochastic dynamics draw from ``self.rng``, reseeded by ``reset``. Every
   trajectory gets its own ``rng_seed`` so members of a group that share an
   initial state still draw their own outcomes (``reset(seed, rng_seed=...)``).
-* An invalid action leaves the state unchanged and sets ``action_is_valid`` False.
-  No action string can raise.
+* An invalid action leaves the state unchanged, sets ``action_is_valid`` False and
+  neither end flag. No action string can raise.
+* After the episode ended, ``step`` changes nothing and repeats the end flags.
 * Action strings are matched case- and whitespace-insensitively
   (see :func:`normalize_action`).
 """
@@ -29,7 +44,30 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-StepResult = tuple[str, float, bool, dict[str, Any]]
+#: ``(observation, reward, terminated, truncated, info)``
+StepResult = tuple[str, float, bool, bool, dict[str, Any]]
+
+_STEP_FIELDS = "(obs, reward, terminated, truncated, info)"
+
+
+class StepResultError(TypeError):
+    """``step``/``_step`` returned something other than the 5-tuple of the contract."""
+
+
+def check_step_result(result: object, where: str) -> StepResult:
+    """``result`` unpacked as a :data:`StepResult`; raises :class:`StepResultError`
+    naming the fix when it has the wrong shape (e.g. the old 4-tuple with ``done``)."""
+    if isinstance(result, tuple) and len(result) == 5:
+        return result  # type: ignore[return-value]
+    if isinstance(result, tuple) and len(result) == 4:
+        raise StepResultError(
+            f"{where} returned the old 4-tuple (obs, reward, done, info); return "
+            f"{_STEP_FIELDS} instead: terminated=True at a terminal state (goal, failure, "
+            "answer given), truncated=True when the episode is cut for a reason the agent "
+            "does not observe (e.g. a hidden step limit)"
+        )
+    shape = f"a {len(result)}-tuple" if isinstance(result, tuple) else type(result).__name__
+    raise StepResultError(f"{where} must return {_STEP_FIELDS}, got {shape}")
 
 
 def normalize_action(action: str) -> str:
@@ -74,7 +112,8 @@ class Env(ABC):
     def __init__(self) -> None:
         self.rng = random.Random(0)
         self.seed: int | None = None
-        self.done = False
+        self.terminated = False  # the episode reached a terminal state
+        self.truncated = False  # the env cut the episode (see the module docstring)
         self.success = False
 
     # -- the contract -----------------------------------------------------------------
@@ -88,19 +127,29 @@ class Env(ABC):
         seed = int(seed)
         self.seed = seed
         self.rng = random.Random(derive_seed("dynamics", seed if rng_seed is None else rng_seed))
-        self.done = False
+        self.terminated = self.truncated = False
         self.success = False
         self._reset(seed)
         return self.render("text")
 
+    @property
+    def done(self) -> bool:
+        """The episode is over: ``terminated or truncated``."""
+        return self.terminated or self.truncated
+
     def step(self, action: str) -> StepResult:
-        """Apply one action string; see the module docstring for ``info``."""
+        """Apply one action string: ``(obs, reward, terminated, truncated, info)``, see the
+        module docstring. After the end it changes nothing and repeats the end flags."""
         if self.done:
-            return self.render("text"), 0.0, True, make_info(False, False, self.success)
-        obs, reward, done, info = self._step(normalize_action(action))
-        self.done = bool(done)
+            info = make_info(False, False, self.success)
+            return self.render("text"), 0.0, self.terminated, self.truncated, info
+        result = self._step(normalize_action(action))
+        obs, reward, terminated, truncated, info = check_step_result(
+            result, f"{type(self).__name__}._step"
+        )
+        self.terminated, self.truncated = bool(terminated), bool(truncated)
         self.success = bool(info.get("success", False))
-        return obs, float(reward), self.done, info
+        return obs, float(reward), self.terminated, self.truncated, info
 
     @property
     @abstractmethod
@@ -131,7 +180,7 @@ class Env(ABC):
         """A comparable summary of the full state (used to check that invalid actions
         change nothing). The default is the text observation plus the episode flags;
         envs whose state holds more than the text shows (step counters) override it."""
-        return (self.render("text"), self.done, self.success)
+        return (self.render("text"), self.terminated, self.truncated, self.success)
 
     def close(self) -> None:  # noqa: B027 - an optional hook, a no-op by default
         """Release resources (most envs hold none)."""
@@ -149,4 +198,6 @@ class Env(ABC):
 
     @abstractmethod
     def _step(self, action: str) -> StepResult:
-        """``action`` is already normalized. Must not raise on any string."""
+        """``action`` is already normalized. Returns ``(obs, reward, terminated,
+        truncated, info)``; an invalid action returns both flags False. Must not raise
+        on any string."""

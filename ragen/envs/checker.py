@@ -10,15 +10,19 @@ Checks, for each seed:
 2. ``reset(seed)`` returns a string equal to ``render("text")``, and resetting again
    with the same seed gives the same observation and state (``snapshot()``), also
    after an episode was played;
-3. ``step`` returns ``(str, float, bool, dict)`` with the keys ``action_is_valid``,
+3. ``step`` returns ``(obs: str, reward: float, terminated: bool, truncated: bool,
+   info: dict)`` (an old 4-tuple with ``done`` is rejected with the fix named), with
+   ``terminated or truncated == env.done`` and the info keys ``action_is_valid``,
    ``action_is_effective`` and ``success``; episodes of random valid actions run to the
-   end (or a step cap) without raising;
+   end (or a step cap) without raising. Both flags True at once is allowed (gymnasium
+   allows it; consumers read it as terminated);
 4. random garbage strings never raise, and whenever one is reported invalid the
-   state is unchanged and the episode goes on;
+   state is unchanged and neither end flag is set;
 5. with the same ``seed`` and ``rng_seed`` the same actions give the same trajectory;
 6. every name in ``action_names`` and the ``oracle_action`` are accepted as valid;
 7. ``render("rgb")``, where supported, is an ``(H, W, 3)`` uint8 array;
-8. after ``done``, ``step`` still returns ``done=True`` without raising.
+8. after the end, ``step`` repeats the same ``terminated``/``truncated`` flags
+   without raising.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from .base import Env
+from .base import Env, StepResultError, check_step_result
 
 REQUIRED_INFO_KEYS = ("action_is_valid", "action_is_effective", "success")
 _GARBAGE_ALPHABET = "abcdefghijklmnopqrstuvwxyz ABCXYZ0123456789+-*/()<>|=_.,;:!?\t\n'\"#@$√é漢😀"
@@ -96,7 +100,7 @@ def _check_reset(env: Env, seed: int) -> None:
     for _ in range(3):
         if env.done:
             break
-        env.step(_any_action(env, step_rng))
+        _checked_step(env, _any_action(env, step_rng))
     again = env.reset(seed)
     if again != obs or env.snapshot() != state:
         raise _fail(env, f"reset({seed}) is not deterministic (state differs on a second reset)")
@@ -106,11 +110,11 @@ def _check_valid_names(env: Env, seed: int) -> None:
     env.reset(seed)
     for name in env.action_names or []:
         env.reset(seed)
-        _, _, _, info = _checked_step(env, name)
+        info = _checked_step(env, name)[-1]
         if not info["action_is_valid"]:
             raise _fail(env, f"action name {name!r} from action_names is reported invalid")
         env.reset(seed)
-        _, _, _, info = _checked_step(env, f"  {name.upper()} ")
+        info = _checked_step(env, f"  {name.upper()} ")[-1]
         if not info["action_is_valid"]:
             raise _fail(env, f"action {name!r} is not matched case-/whitespace-insensitively")
     env.reset(seed)
@@ -118,7 +122,7 @@ def _check_valid_names(env: Env, seed: int) -> None:
     if oracle is not None:
         if not isinstance(oracle, str):
             raise _fail(env, f"oracle_action must return a str or None, got {oracle!r}")
-        _, _, _, info = _checked_step(env, oracle)
+        info = _checked_step(env, oracle)[-1]
         if not info["action_is_valid"]:
             raise _fail(env, f"oracle_action {oracle!r} is reported invalid")
 
@@ -134,7 +138,7 @@ def _check_garbage(env: Env, seed: int, rng: random.Random, fuzz: int) -> None:
             env.reset(seed)
         before_obs, before = env.render("text"), env.snapshot()
         try:
-            obs, _, done, info = _checked_step(env, text)
+            obs, _, terminated, truncated, info = _checked_step(env, text)
         except EnvCheckError:
             raise
         except Exception as err:  # noqa: BLE001 - any exception is the failure we report
@@ -142,18 +146,23 @@ def _check_garbage(env: Env, seed: int, rng: random.Random, fuzz: int) -> None:
         if not info["action_is_valid"]:
             if env.snapshot() != before or obs != before_obs:
                 raise _fail(env, f"invalid action {text[:40]!r} changed the state")
-            if done:
+            if terminated or truncated:
                 raise _fail(env, f"invalid action {text[:40]!r} ended the episode")
 
 
 def _check_episode(env: Env, seed: int, rng: random.Random, max_steps: int) -> None:
     env.reset(seed, rng_seed=rng.getrandbits(32))
     for _ in range(max_steps):
-        _, _, done, _ = _checked_step(env, _any_action(env, rng))
-        if done:
-            obs, reward, still_done, info = _checked_step(env, _any_action(env, rng))
-            if not still_done:
-                raise _fail(env, "step after the episode ended must return done=True")
+        _, _, terminated, truncated, _ = _checked_step(env, _any_action(env, rng))
+        if terminated or truncated:
+            obs, _, terminated_again, truncated_again, _ = _checked_step(env, _any_action(env, rng))
+            if (terminated_again, truncated_again) != (terminated, truncated):
+                raise _fail(
+                    env,
+                    "step after the episode ended must repeat its end flags "
+                    f"(terminated={terminated}, truncated={truncated}), got "
+                    f"terminated={terminated_again}, truncated={truncated_again}",
+                )
             if obs != env.render("text"):
                 raise _fail(env, "step after the end must return the current observation")
             break
@@ -165,9 +174,11 @@ def _check_reproducible(env: Env, seed: int, max_steps: int) -> None:
         action_rng = random.Random(seed)
         trace = []
         for _ in range(min(max_steps, 20)):
-            obs, reward, done, info = env.step(_any_action(env, action_rng))
-            trace.append((obs, reward, done, info.get("success")))
-            if done:
+            obs, reward, terminated, truncated, info = _checked_step(
+                env, _any_action(env, action_rng)
+            )
+            trace.append((obs, reward, terminated, truncated, info.get("success")))
+            if terminated or truncated:
                 break
         return trace
 
@@ -205,22 +216,26 @@ def _any_action(env: Env, rng: random.Random) -> str:
         return rng.choice(["up", "0", "a", "1 + 1"])
 
 
-def _checked_step(env: Env, action: str):
-    result = env.step(action)
-    if not (isinstance(result, tuple) and len(result) == 4):
-        raise _fail(env, "step must return (obs, reward, done, info)")
-    obs, reward, done, info = result
+def _checked_step(env: Env, action: str) -> tuple[str, float, bool, bool, dict]:
+    """``env.step(action)``, its result checked against the contract (rule 3)."""
+    try:
+        # an env overriding ``step`` is checked here; ``Env.step`` checks ``_step`` itself
+        result = check_step_result(env.step(action), f"{type(env).__name__}.step")
+    except StepResultError as err:
+        raise _fail(env, str(err)) from err
+    obs, reward, terminated, truncated, info = result
     if not isinstance(obs, str):
         raise _fail(env, f"observation must be a str, got {type(obs).__name__}")
     if not isinstance(reward, float) or not math.isfinite(reward):
         raise _fail(env, f"reward must be a finite float, got {reward!r}")
-    if not isinstance(done, bool):
-        raise _fail(env, f"done must be a bool, got {type(done).__name__}")
+    for flag, value in (("terminated", terminated), ("truncated", truncated)):
+        if not isinstance(value, bool):
+            raise _fail(env, f"{flag} must be a bool, got {type(value).__name__}")
     if not isinstance(info, dict):
         raise _fail(env, f"info must be a dict, got {type(info).__name__}")
     missing = [k for k in REQUIRED_INFO_KEYS if k not in info]
     if missing:
         raise _fail(env, f"info lacks the key(s) {missing}")
-    if done != env.done:
-        raise _fail(env, "the returned done differs from env.done")
-    return obs, reward, done, info
+    if (terminated or truncated) != env.done:
+        raise _fail(env, "terminated or truncated differs from env.done")
+    return obs, reward, terminated, truncated, info

@@ -134,7 +134,7 @@ def play(
                 break
             if not action.strip():
                 continue
-        obs, reward, done, info = env.step(action)
+        obs, reward, terminated, truncated, info = env.step(action)
         steps += info["action_is_valid"]
         total += reward
         say(obs)
@@ -144,7 +144,8 @@ def play(
             if k not in ("action_is_valid", "action_is_effective", "success")
         }
         say(
-            f"reward={reward:+.2f}  total={total:+.2f}  done={done}  valid={info['action_is_valid']}"
+            f"reward={reward:+.2f}  total={total:+.2f}  terminated={terminated}"
+            f"  truncated={truncated}  valid={info['action_is_valid']}"
             f"  effective={info['action_is_effective']}  success={info['success']}"
             + (f"  {extras}" if extras else "")
         )
@@ -191,7 +192,7 @@ def solver_summary(
                     action = env.oracle_action() if policy == "oracle" else env.random_action(rng)
                     if action is None:
                         break
-                    _, reward, _, _ = env.step(action)
+                    reward = env.step(action)[1]
                     total += reward
                     steps += 1
                 if policy == "oracle" and steps == 0 and not env.done:

@@ -9,6 +9,10 @@ The answer (one action) is an arithmetic expression, parsed by our own safe pars
   wrong numbers, or a division by zero);
 * an unparsable answer is an invalid action (nothing changes, no reward).
 
+A correct answer, or the last of ``max_attempts`` answers, terminates the episode (the
+answers left are shown in the observation when ``max_attempts > 1``, so running out is
+a terminal state of what the agent sees, not a hidden cut). Countdown never truncates.
+
 Puzzles are generated per seed: 3-4 numbers and a target built by combining them with
 random operations (so it is reachable), then confirmed by an exhaustive solver, which
 also provides the oracle's answer.
@@ -194,7 +198,7 @@ class CountdownEnv(Env):
             expr = evaluate(action, self.allow_unary_minus)
         except ExpressionError as err:
             info = make_info(False, False, False, reason=f"unparsable: {err}")
-            return self.render("text"), 0.0, False, info
+            return self.render("text"), 0.0, False, False, info
         self._attempts += 1
         if expr.value is None:
             reason = "division by zero"
@@ -207,12 +211,12 @@ class CountdownEnv(Env):
             reason = "correct"
         correct = reason == "correct"
         reward = 1.0 if correct else self.partial_reward
-        done = correct or self._attempts >= self.max_attempts
+        terminated = correct or self._attempts >= self.max_attempts
         self._feedback = (
             f"Your answer {expr.text} is {'correct' if correct else 'wrong: ' + reason}."
         )
         info = make_info(True, True, correct, reason=reason, attempts=self._attempts)
-        return self.render("text"), reward, done, info
+        return self.render("text"), reward, terminated, False, info
 
     def _numbers_ok(self, used: Sequence[int]) -> bool:
         have, want = Counter(self.numbers), Counter(used)
@@ -246,8 +250,12 @@ class CountdownEnv(Env):
     def render(self, mode: str = "text") -> str | np.ndarray:
         if mode != "text":
             raise self._unsupported_mode(mode)
-        puzzle = f"Numbers: {', '.join(map(str, self.numbers))}\nTarget: {self.target}"
-        return f"{puzzle}\n{self._feedback}" if self._feedback else puzzle
+        lines = [f"Numbers: {', '.join(map(str, self.numbers))}", f"Target: {self.target}"]
+        if self._feedback:
+            lines.append(self._feedback)
+        if self.max_attempts > 1:  # the answer budget is part of the state
+            lines.append(f"Answers left: {self.max_attempts - self._attempts}")
+        return "\n".join(lines)
 
     # -- reference policies ----------------------------------------------------------------------
     def oracle_action(self) -> str | None:

@@ -213,7 +213,8 @@ class FrozenLakeEnv(Env):
         p: probability that the intended move happens (1 = not slippery, 1/3 = gymnasium).
         desc: a fixed map in gymnasium notation, e.g. ``["SFFF", "FHFH", "FFFH", "HFFG"]``;
             when given, ``size`` and ``hole_density`` are ignored.
-        max_steps: the episode ends (``info["truncated"]``) after this many steps.
+        max_steps: the episode is truncated (``truncated=True``) after this many steps
+            (the observation does not show the step count).
         tile_size: pixel size of one cell in ``render("rgb")``.
     """
 
@@ -267,7 +268,7 @@ class FrozenLakeEnv(Env):
     def _step(self, action: str) -> StepResult:
         a = ACTION_ALIASES.get(action)
         if a is None:
-            return self.render("text"), 0.0, False, make_info(False, False, False)
+            return self.render("text"), 0.0, False, False, make_info(False, False, False)
         u = self.rng.random()
         side = (1.0 - self.p) / 2.0
         direction = a if u < self.p else (a - 1) % 4 if u < self.p + side else (a + 1) % 4
@@ -276,7 +277,9 @@ class FrozenLakeEnv(Env):
         self._steps += 1
         cell = self._flat[self._pos]
         success = cell == "G"
-        truncated = cell not in "HG" and self._steps >= self.max_steps
+        terminated = cell in "HG"
+        # the step counter is not in the observation: hitting it is truncation
+        truncated = not terminated and self._steps >= self.max_steps
         info = make_info(
             True,
             self._pos != old,
@@ -284,9 +287,8 @@ class FrozenLakeEnv(Env):
             slipped=direction != a,
             fell_in_hole=cell == "H",
             steps=self._steps,
-            truncated=truncated,
         )
-        return self.render("text"), float(success), cell in "HG" or truncated, info
+        return self.render("text"), float(success), terminated, truncated, info
 
     # -- views --------------------------------------------------------------------------------
     @property

@@ -6,7 +6,9 @@
 The observation is the env's ANSI text render (``render_mode="ansi"``). Terminal
 colours carry meaning in some envs (the FrozenLake agent is a red background, the
 Taxi a yellow one), so ``ansi_styles`` maps an SGR colour code to a replacement
-character before the escape codes are stripped. gymnasium is an optional dependency
+character before the escape codes are stripped. gymnasium's ``terminated`` and
+``truncated`` pass through unchanged (a ``TimeLimit`` cut stays a truncation, and both
+may be True together, as gymnasium allows). gymnasium is an optional dependency
 (``pip install ragen[gym]``), imported only when a ``GymEnv`` is built.
 """
 
@@ -86,7 +88,8 @@ class GymEnv(Env):
             callable returning a gymnasium env created with ``render_mode="ansi"``.
         action_names: one name per discrete action, in action-id order.
         env_kwargs: extra keyword arguments for ``gymnasium.make``.
-        max_steps: end the episode after this many steps (default: the env's own limit).
+        max_steps: truncate the episode after this many steps (default: the env's own
+            limit, e.g. its ``TimeLimit``).
         instructions: the rules text (default: a generic text listing the actions).
         ansi_styles: ``[(sgr_code, replacement), ...]``, see :func:`ansi_to_text`.
         success_threshold: success = terminated with a step reward above this.
@@ -155,18 +158,20 @@ class GymEnv(Env):
     def _step(self, action: str) -> StepResult:
         a = self._index.get(action)
         if a is None:
-            return self._text, 0.0, False, make_info(False, False, False)
+            return self._text, 0.0, False, False, make_info(False, False, False)
         obs, reward, terminated, truncated, gym_info = self._env.step(a)
         effective = not _same(obs, self._obs)
         self._obs = obs
         self._steps += 1
         self._text = self._render_now()
-        success = bool(terminated) and float(reward) > self.success_threshold
-        truncated = bool(truncated) or (
-            not terminated and self.max_steps is not None and self._steps >= self.max_steps
-        )
-        info = make_info(True, effective, success, steps=self._steps, truncated=truncated)
-        return self._text, float(reward), bool(terminated) or truncated, info
+        terminated, truncated = bool(terminated), bool(truncated)  # gymnasium's, unchanged
+        success = terminated and float(reward) > self.success_threshold
+        # our own limit adds truncation (its counter is not in the observation), never
+        # on a terminating step
+        if not terminated and self.max_steps is not None and self._steps >= self.max_steps:
+            truncated = True
+        info = make_info(True, effective, success, steps=self._steps)
+        return self._text, float(reward), terminated, truncated, info
 
     def _render_now(self) -> str:
         return ansi_to_text(str(self._env.render()), self.ansi_styles)

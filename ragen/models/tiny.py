@@ -295,9 +295,9 @@ def _env_texts(rng: random.Random) -> list[str]:
                         action = env.random_action(rng)
                     except NotImplementedError:
                         break
-                    obs, _, done, _ = env.step(action)
+                    obs, _, terminated, truncated, _ = env.step(action)
                     texts += [str(action), str(obs)]
-                    if done:
+                    if terminated or truncated:
                         break
         except Exception:  # a broken env must not break the tokenizer
             continue

@@ -94,7 +94,8 @@ class SokobanEnv(Env):
     Config:
         dim_room: ``(height, width)`` of generated rooms, border walls included.
         num_boxes: boxes (= targets) in generated rooms.
-        max_steps: the episode ends (unsolved, ``info["truncated"]``) after this many steps.
+        max_steps: the episode is truncated (``truncated=True``) after this many steps
+            unsolved: the observation does not show the step count.
         search_depth: reverse-play walk length used by the generator (harder rooms when larger).
         walk_steps: topology random-walk length (default ``1.7 * (height + width)``).
         p_change_direction: turn probability of the topology walk.
@@ -215,7 +216,7 @@ class SokobanEnv(Env):
     def _step(self, action: str) -> StepResult:
         name = ACTION_ALIASES.get(action)
         if name is None:
-            return self.render("text"), 0.0, False, make_info(False, False, False)
+            return self.render("text"), 0.0, False, False, make_info(False, False, False)
         d = self._offsets[ACTION_NAMES.index(name)]
         self._steps += 1
         reward = STEP_REWARD
@@ -237,6 +238,7 @@ class SokobanEnv(Env):
         solved = self._boxes == self._targets
         if solved:
             reward += SOLVED_REWARD
+        # the step counter is not in the observation: hitting it is truncation
         truncated = not solved and self._steps >= self.max_steps
         info = make_info(
             True,
@@ -244,9 +246,8 @@ class SokobanEnv(Env):
             solved,
             boxes_on_target=len(self._boxes & self._targets),
             steps=self._steps,
-            truncated=truncated,
         )
-        return self.render("text"), reward, solved or truncated, info
+        return self.render("text"), reward, solved, truncated, info
 
     # -- views ------------------------------------------------------------------------------
     @property

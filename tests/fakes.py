@@ -1,5 +1,8 @@
 """Small fakes for tests of the rollout (and of anything that consumes trajectories).
 
+Test-only code (not part of the package): the tests import it as ``from fakes import
+...``, since pytest puts ``tests/`` (the folder of ``conftest.py``) on ``sys.path``.
+
 * :class:`LineEnv` -- a 1-D corridor: deterministic start/goal from the seed, optional
   slip probability drawn from the env's own RNG, an oracle and a random action. Not
   registered (no global side effect): pass the class as the env factory,
@@ -109,7 +112,7 @@ class LineEnv(Env):
 
     ``reset(seed)`` picks start != goal from the seed. With ``slip > 0`` a move goes
     the other way with that probability (drawn from ``self.rng``). Reward: -0.1 per
-    valid step, +1.0 on reaching the goal (episode ends, success).
+    valid step, +1.0 on reaching the goal (terminated, success). Never truncates.
     """
 
     description = "1-D corridor for rollout tests"
@@ -138,7 +141,7 @@ class LineEnv(Env):
 
     def _step(self, action: str):
         if action not in ("left", "right"):
-            return self.render(), 0.0, False, make_info(False, False, False)
+            return self.render(), 0.0, False, False, make_info(False, False, False)
         move = -1 if action == "left" else 1
         if self.slip and self.rng.random() < self.slip:
             move = -move
@@ -148,7 +151,7 @@ class LineEnv(Env):
         self.log.append(action)
         success = self.pos == self.goal
         reward = -0.1 + (1.0 if success else 0.0)
-        return self.render(), reward, success, make_info(True, effective, success)
+        return self.render(), reward, success, False, make_info(True, effective, success)
 
     def render(self, mode: str = "text") -> str:
         if mode != "text":
