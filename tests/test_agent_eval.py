@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from ragen.agent.cli import parse_key_values
 from ragen.agent.evaluate import evaluate, format_table, run_evaluation
 from ragen.agent.testing import LineEnv
 from ragen.cli import main
+from ragen.cli_utils import parse_key_values
 
 # CLI tests use a registered env; the deterministic lake lets the oracle always win.
 LAKE = ["--env", "frozen_lake", "--env-config", "p=1.0", "size=4"]
@@ -66,8 +66,10 @@ def test_eval_errors_are_one_line(capsys):
         (["--model", "/no/such/model_dir"], "does not exist"),
         (["--model", "missing.gguf"], "GGUF file"),
         (["--model", "oracle", "--n", "5", "--group-size", "2"], "multiple of group_size"),
-        (["--model", "oracle", "--env-config", "nokey"], "key=value"),
-        (["--model", "oracle", "--env-config", "bogus=1"], "unknown config key"),
+        (["--model", "oracle", "--env-config", "nokey"], "KEY=VALUE"),
+        (["--model", "oracle", "--env-config", "bogus=1"], "has no option 'bogus'"),
+        (["--model", "tinyy"], "Did you mean 'tiny'"),
+        (["--model", "oracle", "--max-new-tokens", "0"], "max_new_tokens: must be >= 1"),
     ]
     for extra, message in cases:
         rc = main(["eval", "--env", "frozen_lake", "--n", "4", *extra])
@@ -88,8 +90,8 @@ def test_unreachable_api_is_one_line(capsys):
 
 
 def test_parse_key_values_and_table():
-    assert parse_key_values(["a=1", "b=[8, 8]", "c=true", "d=x"]) == {
-        "a": 1, "b": [8, 8], "c": True, "d": "x"
+    assert parse_key_values(["a=1", "b=[8, 8]", "c=true", "d=x", "lr=1e-3", "p=1/4", "e="]) == {
+        "a": 1, "b": [8, 8], "c": True, "d": "x", "lr": 0.001, "p": 0.25, "e": ""
     }  # fmt: skip
     table = format_table({"success_rate": 0.5, "group_size": 4}, "title")
     assert table.splitlines()[0] == "title" and "50.0%" in table and "pass@k (4)" in table
