@@ -139,3 +139,11 @@ def test_eval_against_a_local_openai_compatible_server(tmp_path, capsys):
     first = requests[0]
     assert first["model"] == "served" and first["messages"][0]["role"] == "system"
     assert "</answer>" in first["stop"]
+
+
+def test_eval_accepts_the_same_model_names_as_train(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("RAGEN_CACHE", str(tmp_path))  # tiny is built offline on first use
+    argv = "eval --model tiny:nano --env sokoban --n 8 --max-turns 1 --max-new-tokens 8".split()
+    assert main(argv) == 0
+    assert "success rate" in capsys.readouterr().out
+    assert (tmp_path / "models" / "tiny-nano-seed0" / "config.json").is_file()
