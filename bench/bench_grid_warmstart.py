@@ -34,18 +34,19 @@ MOVES = ("up", "down", "left", "right")
 
 def decision_accuracy(model, tokenizer, env: str, max_turns: int) -> dict[str, float]:
     """Top-1 agreement with the clean expert on held-out states (one action per turn)."""
+    from ragen.agent.rollout import RolloutConfig
     from ragen.sft.trainer import SFTConfig, make_expert_data
     from ragen.trainer.batching import collate
 
+    rollout = RolloutConfig(
+        max_turns=max_turns, max_actions_per_turn=1, prompt_style="compact", context_window=0
+    )
     cfg = SFTConfig(
         env=env,
+        rollout=rollout,
         episodes=128,
         epsilon=0.0,
         actions_per_turn=1,
-        max_actions_per_turn=1,
-        max_turns=max_turns,
-        prompt_style="compact",
-        context_window=0,
         seed=1,  # the warm start's data come from seed 0's range
     )
     batch = collate(make_expert_data(tokenizer, cfg), tokenizer.pad_token_id)
@@ -93,19 +94,24 @@ def main() -> None:
     torch.manual_seed(0)
     tic = time.perf_counter()
     tiny = create_tiny(out / "tiny", size=args.size, seed=0)
+    rollout = RolloutConfig(
+        max_turns=args.max_turns,
+        max_new_tokens=48,
+        max_model_len=2048,
+        max_actions_per_turn=args.actions_per_turn,
+        prompt_style="compact",
+        context_window=window,
+        think=not args.no_think,
+    )
     cfg = SFTConfig(
         env=args.env,
+        rollout=rollout,
         episodes=args.episodes,
         epsilon=args.epsilon,
         epochs=args.epochs,
         lr=args.lr,
         batch_size=args.batch_size,
         actions_per_turn=args.actions_per_turn,
-        max_actions_per_turn=args.actions_per_turn,
-        max_turns=args.max_turns,
-        prompt_style="compact",
-        context_window=window,
-        think=not args.no_think,
         seed=0,
     )
 
@@ -116,14 +122,6 @@ def main() -> None:
     sft_dir = run_sft(str(tiny), out / "sft", cfg, log=log)
     sft_seconds = time.perf_counter() - tic
 
-    rollout = RolloutConfig(
-        max_new_tokens=48,
-        max_model_len=2048,
-        max_actions_per_turn=args.actions_per_turn,
-        prompt_style="compact",
-        context_window=window,
-        think=not args.no_think,
-    )
     common = dict(env=args.env, n=128, max_turns=args.max_turns, seed=0, config=rollout)
     results: dict[str, float] = {}
     for name, model, temperatures in [

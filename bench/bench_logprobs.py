@@ -13,7 +13,6 @@ reports the minimum wall time of each and their ratio.
 from __future__ import annotations
 
 import argparse
-import tempfile
 import time
 
 import torch
@@ -26,23 +25,17 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=5)
     args = p.parse_args()
 
+    from ragen.agent.rollout import RolloutConfig
     from ragen.models import load_policy
     from ragen.models.logprobs import sequence_logprobs
-    from ragen.models.tiny import create_tiny
     from ragen.sft.trainer import SFTConfig, make_expert_data
     from ragen.trainer.batching import collate
 
     torch.manual_seed(0)
-    with tempfile.TemporaryDirectory() as tmp:
-        model, tok = load_policy(create_tiny(f"{tmp}/m", size=args.size, seed=0))
+    model, tok = load_policy(f"tiny:{args.size}")
+    rollout = RolloutConfig(max_turns=5, max_actions_per_turn=2, prompt_style="compact")
     cfg = SFTConfig(
-        env="sokoban",
-        episodes=args.batch,
-        epsilon=0.25,
-        actions_per_turn=2,
-        max_turns=5,
-        max_actions_per_turn=2,
-        prompt_style="compact",
+        env="sokoban", rollout=rollout, episodes=args.batch, epsilon=0.25, actions_per_turn=2
     )
     batch = collate(make_expert_data(tok, cfg), tok.pad_token_id)
     ids, attn, mask = batch.input_ids, batch.attention_mask, batch.response_mask

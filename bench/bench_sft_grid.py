@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import tempfile
 import time
 
 import torch
@@ -37,25 +36,25 @@ def main() -> None:
     p.add_argument("--max-turns", type=int, default=1)
     args = p.parse_args()
 
+    from ragen.agent.rollout import RolloutConfig
     from ragen.models import load_policy
     from ragen.models.logprobs import sequence_logprobs
-    from ragen.models.tiny import create_tiny
     from ragen.sft.trainer import SFTConfig, make_expert_data
     from ragen.trainer.batching import collate
 
     torch.manual_seed(0)
-    with tempfile.TemporaryDirectory() as tmp:
-        model, tok = load_policy(create_tiny(f"{tmp}/m", size=args.size, seed=0))
+    model, tok = load_policy(f"tiny:{args.size}")
 
     def data(episodes: int, seed: int):
+        rollout = RolloutConfig(
+            max_turns=args.max_turns, max_actions_per_turn=2, prompt_style="compact"
+        )
         cfg = SFTConfig(
             env=args.env,
+            rollout=rollout,
             episodes=episodes,
             epsilon=0.0,
             actions_per_turn=2,
-            max_turns=args.max_turns,
-            max_actions_per_turn=2,
-            prompt_style="compact",
             seed=seed,
         )
         return make_expert_data(tok, cfg)

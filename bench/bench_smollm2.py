@@ -28,6 +28,7 @@ import argparse
 import json
 import statistics
 import time
+from dataclasses import replace
 from pathlib import Path
 
 DEFAULT_MODEL = "~/.cache/ragen/models/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -54,16 +55,16 @@ def main() -> None:
 
     from ragen.agent.evaluate import evaluate
     from ragen.agent.rollout import RolloutConfig
+    from ragen.models.loading import resolve_model
     from ragen.sft.trainer import SFTConfig, run_sft
     from ragen.trainer.config import load_config
     from ragen.trainer.metrics_logger import read_metrics
-    from ragen.trainer.setup import resolve_model_path
     from ragen.trainer.starpo import StarPOTrainer
 
     torch.manual_seed(0)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    model = resolve_model_path(str(Path(args.model).expanduser()))
+    model = resolve_model(args.model)
     turns = {"bandit": 1}
     rollout = RolloutConfig(max_new_tokens=96, max_model_len=2048, max_actions_per_turn=2)
     results: dict[str, dict] = {}
@@ -95,16 +96,14 @@ def main() -> None:
     sft_dir = out / "sft"
     cfg = SFTConfig(
         env=args.env,
+        rollout=replace(rollout, max_turns=turns.get(args.env, 5), prompt_style="full"),
         episodes=args.sft_episodes,
         epsilon=1.0,  # format only: random valid actions
         epochs=2,
         batch_size=8,
         lr=5e-4,
         lora_rank=args.lora_rank,
-        max_turns=turns.get(args.env, 5),
-        max_actions_per_turn=2,
         actions_per_turn=1,
-        prompt_style="full",
     )
     if "sft_s" not in results or not (sft_dir / "config.json").exists():
         tic = time.perf_counter()

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+
+from ragen.errors import RagenError
 
 # (module, what it provides) -- a missing module is skipped so partial installs still work.
 _COMMAND_MODULES = [
@@ -51,15 +54,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except (KeyError, ValueError, TypeError, FileNotFoundError, RuntimeError) as err:
-        # User-facing errors carry their own fix; show one line, not a stack trace.
-        # RAGEN_DEBUG=1 shows the traceback.
-        import os
-
-        if os.environ.get("RAGEN_DEBUG"):
+    except RagenError as err:
+        # A user error carries its own fix: one line, no stack trace (RAGEN_DEBUG=1
+        # shows it). Anything else is a bug and propagates with its traceback.
+        if os.environ.get("RAGEN_DEBUG", "").strip() not in ("", "0"):
             raise
-        msg = err.args[0] if isinstance(err, KeyError) and err.args else err
-        print(f"ragen {args.command}: error: {msg}", file=sys.stderr)
+        message = " ".join(str(err).split())  # always one line
+        print(f"ragen {args.command}: error: {message}", file=sys.stderr)
         return 2
 
 

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ragen.errors import UsageError
+
 DEFAULT_ENVS = ("bandit", "frozen_lake", "sokoban")
 STAGES = ("tiny", "sft", "rl", "eval", "report")
 
@@ -37,6 +39,20 @@ class EnvShape:
     max_turns: int
     actions_per_turn: int  # the expert's, and the limit the prompt states
     context_window: int | None  # None: the whole history in one sample; 0: current state only
+
+    def rollout(self, budget: Budget):
+        """The :class:`~ragen.agent.rollout.RolloutConfig` of SFT data and evaluation
+        (``ragen train`` gets the same knobs from :func:`rollout_overrides`)."""
+        from ragen.agent.rollout import RolloutConfig
+
+        return RolloutConfig(
+            max_turns=self.max_turns,
+            max_actions_per_turn=self.actions_per_turn,
+            context_window=self.context_window,
+            max_new_tokens=budget.max_new_tokens,
+            max_model_len=2048,
+            prompt_style=budget.prompt_style,
+        )
 
     @property
     def samples_per_episode(self) -> int:
@@ -177,7 +193,7 @@ class Demo:
 
     def _require(self, path: Path, stage: str) -> None:
         if not path.exists():
-            raise FileNotFoundError(
+            raise UsageError(
                 f"{path} is missing; run the '{stage}' stage first (python -m ragen.demo --stage {stage})"
             )
 
@@ -195,15 +211,12 @@ class Demo:
         shape, b = ENV_SHAPE[env], self.budget
         cfg = SFTConfig(
             env=env,
+            rollout=shape.rollout(b),
             episodes=b.sft_episodes[env],
             epsilon=b.sft_epsilon[env],
             epochs=b.sft_epochs,
             actions_per_turn=shape.actions_per_turn,
-            max_turns=shape.max_turns,
-            max_actions_per_turn=shape.actions_per_turn,
-            context_window=shape.context_window,
             seed=self.seed,
-            prompt_style=b.prompt_style,
             lr=b.sft_lr,
             batch_size=b.sft_batch_size[env],
         )
@@ -255,18 +268,10 @@ class Demo:
 
     def stage_eval(self, env: str) -> None:
         from ragen.agent.evaluate import evaluate
-        from ragen.agent.rollout import RolloutConfig
 
         n = self.budget.eval_episodes
         shape = ENV_SHAPE[env]
-        # the same limits the agent trained under
-        rollout = RolloutConfig(
-            max_new_tokens=self.budget.max_new_tokens,
-            max_model_len=2048,
-            max_actions_per_turn=shape.actions_per_turn,
-            context_window=shape.context_window,
-            prompt_style=self.budget.prompt_style,
-        )
+        rollout = shape.rollout(self.budget)  # the same limits the agent trained under
         common = dict(
             env=env, n=n, temperature=0.5, max_turns=shape.max_turns, seed=self.seed, config=rollout
         )
@@ -474,7 +479,7 @@ def run(args: argparse.Namespace) -> int:
     demo = Demo(Path(args.out), BUDGETS[args.budget], envs, args.seed)
     jobs = args.jobs if args.jobs is not None else default_jobs(len(envs))
     if jobs < 1:
-        raise ValueError(f"--jobs must be >= 1, got {jobs}")
+        raise UsageError(f"--jobs must be >= 1, got {jobs}")
     demo.run(args.stage or list(STAGES), jobs=jobs)
     return 0
 

@@ -7,9 +7,9 @@ import json
 import pytest
 from fakes import LineEnv
 
-from ragen.agent.cli import parse_key_values
 from ragen.agent.evaluate import evaluate, format_table, run_evaluation
 from ragen.cli import main
+from ragen.cli_utils import parse_key_values
 
 # CLI tests use a registered env; the deterministic lake lets the oracle always win.
 LAKE = ["--env", "frozen_lake", "--env-config", "p=1.0", "size=4"]
@@ -66,8 +66,10 @@ def test_eval_errors_are_one_line(capsys):
         (["--model", "/no/such/model_dir"], "does not exist"),
         (["--model", "missing.gguf"], "GGUF file"),
         (["--model", "oracle", "--n", "5", "--group-size", "2"], "multiple of group_size"),
-        (["--model", "oracle", "--env-config", "nokey"], "key=value"),
-        (["--model", "oracle", "--env-config", "bogus=1"], "unknown config key"),
+        (["--model", "oracle", "--env-config", "nokey"], "KEY=VALUE"),
+        (["--model", "oracle", "--env-config", "bogus=1"], "has no option 'bogus'"),
+        (["--model", "tinyy"], "Did you mean 'tiny'"),
+        (["--model", "oracle", "--max-new-tokens", "0"], "max_new_tokens: must be >= 1"),
     ]
     for extra, message in cases:
         rc = main(["eval", "--env", "frozen_lake", "--n", "4", *extra])
@@ -88,8 +90,8 @@ def test_unreachable_api_is_one_line(capsys):
 
 
 def test_parse_key_values_and_table():
-    assert parse_key_values(["a=1", "b=[8, 8]", "c=true", "d=x"]) == {
-        "a": 1, "b": [8, 8], "c": True, "d": "x"
+    assert parse_key_values(["a=1", "b=[8, 8]", "c=true", "d=x", "lr=1e-3", "p=1/4", "e="]) == {
+        "a": 1, "b": [8, 8], "c": True, "d": "x", "lr": 0.001, "p": 0.25, "e": ""
     }  # fmt: skip
     table = format_table({"success_rate": 0.5, "group_size": 4}, "title")
     assert table.splitlines()[0] == "title" and "50.0%" in table and "pass@k (4)" in table
@@ -137,3 +139,11 @@ def test_eval_against_a_local_openai_compatible_server(tmp_path, capsys):
     first = requests[0]
     assert first["model"] == "served" and first["messages"][0]["role"] == "system"
     assert "</answer>" in first["stop"]
+
+
+def test_eval_accepts_the_same_model_names_as_train(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("RAGEN_CACHE", str(tmp_path))  # tiny is built offline on first use
+    argv = "eval --model tiny:nano --env sokoban --n 8 --max-turns 1 --max-new-tokens 8".split()
+    assert main(argv) == 0
+    assert "success rate" in capsys.readouterr().out
+    assert (tmp_path / "models" / "tiny-nano-seed0" / "config.json").is_file()

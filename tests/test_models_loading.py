@@ -7,6 +7,7 @@ import sys
 import pytest
 import torch
 
+from ragen.errors import ModelLoadError
 from ragen.models import load_policy, load_tokenizer, pick_device, pick_dtype
 from ragen.models.loading import chat_template_kind, count_parameters, resolve_source
 from ragen.models.tiny import build_model, build_tokenizer
@@ -51,24 +52,24 @@ def test_dtype_and_device_choices(saved):
 
 
 def test_missing_path(tmp_path):
-    with pytest.raises(FileNotFoundError, match="does not exist.*create-tiny"):
+    with pytest.raises(ModelLoadError, match="does not exist.*create-tiny"):
         load_policy(tmp_path / "nope")
-    with pytest.raises(FileNotFoundError, match="GGUF file .* not found"):
+    with pytest.raises(ModelLoadError, match="GGUF file .* not found"):
         load_policy(str(tmp_path / "model.gguf"))
 
 
 def test_folder_without_config(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no config.json"):
+    with pytest.raises(ModelLoadError, match="no config.json"):
         load_policy(tmp_path)
     (tmp_path / "weights.gguf").write_bytes(b"GGUF")
-    with pytest.raises(FileNotFoundError, match="weights.gguf"):
+    with pytest.raises(ModelLoadError, match="weights.gguf"):
         resolve_source(tmp_path)
 
 
 def test_non_gguf_file(tmp_path):
     path = tmp_path / "model.bin"
     path.write_bytes(b"x")
-    with pytest.raises(ValueError, match="not a .gguf"):
+    with pytest.raises(ModelLoadError, match="not a .gguf"):
         load_policy(path)
 
 
@@ -76,12 +77,12 @@ def test_gguf_without_package(tmp_path, monkeypatch):
     path = tmp_path / "model.gguf"
     path.write_bytes(b"GGUF")
     monkeypatch.setitem(sys.modules, "gguf", None)  # makes `import gguf` fail
-    with pytest.raises(RuntimeError, match="pip install gguf"):
+    with pytest.raises(ModelLoadError, match="pip install gguf"):
         load_policy(path)
 
 
 def test_unknown_hub_id_offline():
-    with pytest.raises(FileNotFoundError, match="not a local path.*create-tiny"):
+    with pytest.raises(ModelLoadError, match="not a local path.*create-tiny"):
         load_policy("ragen-test/does-not-exist", local_files_only=True)
 
 
@@ -110,3 +111,43 @@ def test_gguf_cache_dir_tracks_the_file(tmp_path, monkeypatch):
     assert gguf_cache_dir(path) != first
     monkeypatch.setenv("RAGEN_GGUF_CACHE", "0")
     assert not _gguf_cache_enabled()
+
+
+def test_resolve_model_names(tmp_path, monkeypatch):
+    from ragen.models.loading import resolve_model
+
+    monkeypatch.setenv("RAGEN_CACHE", str(tmp_path))
+    folder = resolve_model("tiny:nano", seed=3)
+    assert folder == str(tmp_path / "models" / "tiny-nano-seed3")
+    assert resolve_model("tiny:nano", seed=3) == folder  # built once, then reused
+    assert resolve_model(str(tmp_path)) == str(tmp_path)  # an existing path passes through
+    assert resolve_model("smollm2").endswith(".gguf")  # a model preset names its file
+
+
+@pytest.mark.parametrize(
+    "name, hint",
+    [
+        ("tiny:nan", "Did you mean 'tiny:nano'"),
+        ("tinyy", "Did you mean 'tiny'"),
+        ("smolm2", "smollm2"),
+    ],
+)
+def test_unknown_model_names_fail_at_once(name, hint, monkeypatch):
+    import time
+
+    from ragen.models import loading
+
+    monkeypatch.setattr(loading, "_hub_reachable", lambda *a, **k: pytest.fail("probed the hub"))
+    tic = time.perf_counter()
+    with pytest.raises(ModelLoadError, match=hint):
+        loading.resolve_model(name)
+    assert time.perf_counter() - tic < 1.0
+
+
+def test_uncached_hub_id_offline_fails_without_hub_retries(monkeypatch):
+    from ragen.models import loading
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(loading, "_hub_reachable", lambda *a, **k: False)
+    with pytest.raises(ModelLoadError, match="unreachable.*create-tiny"):
+        loading.resolve_model("ragen-test/does-not-exist")

@@ -1,10 +1,11 @@
 """SFT warm start: loss only on assistant tokens, LoRA adapters, merge."""
 
-import dataclasses
+from dataclasses import replace
 
 import pytest
 import torch
 
+from ragen.agent.rollout import RolloutConfig
 from ragen.sft.trainer import SFTConfig, make_expert_data, merge_adapter, run_sft, sft_loss
 from ragen.trainer.batching import collate
 
@@ -18,7 +19,13 @@ def _load(path):
 def test_expert_data_masks_exactly_the_assistant_tokens(tiny_model_dir):
     model, tok = _load(tiny_model_dir)
     data = make_expert_data(
-        tok, SFTConfig(env="sokoban", episodes=4, actions_per_turn=2, max_actions_per_turn=2)
+        tok,
+        SFTConfig(
+            env="sokoban",
+            episodes=4,
+            actions_per_turn=2,
+            rollout=RolloutConfig(max_actions_per_turn=2),
+        ),
     )
     assert len(data) == 4
     for traj in data:
@@ -35,9 +42,10 @@ def test_expert_data_masks_exactly_the_assistant_tokens(tiny_model_dir):
 
 def test_windowed_expert_data_is_one_sample_per_turn_with_only_the_current_state(tiny_model_dir):
     _, tok = _load(tiny_model_dir)
-    cfg = dict(env="sokoban", episodes=3, actions_per_turn=1, max_actions_per_turn=1, max_turns=4)
-    full = make_expert_data(tok, SFTConfig(**cfg))
-    windowed = make_expert_data(tok, SFTConfig(**cfg, context_window=0))
+    cfg = dict(env="sokoban", episodes=3, actions_per_turn=1)
+    shape = RolloutConfig(max_actions_per_turn=1, max_turns=4)
+    full = make_expert_data(tok, SFTConfig(**cfg, rollout=shape))
+    windowed = make_expert_data(tok, SFTConfig(**cfg, rollout=replace(shape, context_window=0)))
     # the same episodes (same seeds, same expert), cut into one sample per answered turn
     assert len(windowed) == sum(t.num_turns for t in full) > len(full)
     for sample in windowed:
@@ -49,14 +57,16 @@ def test_windowed_expert_data_is_one_sample_per_turn_with_only_the_current_state
 
 def test_sft_loss_ignores_prompt_tokens(tiny_model_dir):
     model, tok = _load(tiny_model_dir)
-    (traj,) = make_expert_data(tok, SFTConfig(env="bandit", episodes=1, max_turns=1))
+    (traj,) = make_expert_data(
+        tok, SFTConfig(env="bandit", episodes=1, rollout=RolloutConfig(max_turns=1))
+    )
     batch = collate([traj], pad_id=tok.pad_token_id)
     ids, mask = batch.input_ids, batch.response_mask
     nll, count = sft_loss(model, batch)
     assert count == mask[:, 1:].sum()
     # changing a prompt token's label-side never changes which positions are scored
     prompt_pos = int((mask[0] == 0).nonzero()[5])
-    batch2 = dataclasses.replace(batch, response_mask=mask.clone())
+    batch2 = replace(batch, response_mask=mask.clone())
     batch2.response_mask[0, prompt_pos] = 0.0
     assert torch.equal(sft_loss(model, batch2)[0], nll)
     # and the loss equals a hand-written masked NLL
@@ -67,7 +77,13 @@ def test_sft_loss_ignores_prompt_tokens(tiny_model_dir):
 
 def test_sft_learns_and_lora_merges(tiny_model_dir, tmp_path):
     cfg = SFTConfig(
-        env="bandit", episodes=16, epochs=2, batch_size=8, lr=3e-3, max_turns=1, lora_rank=4
+        env="bandit",
+        rollout=RolloutConfig(max_turns=1),
+        episodes=16,
+        epochs=2,
+        batch_size=8,
+        lr=3e-3,
+        lora_rank=4,
     )
     out = run_sft(tiny_model_dir, tmp_path / "sft", cfg, log=lambda *_: None)
     lines = (out / "sft_metrics.jsonl").read_text().splitlines()
@@ -84,13 +100,11 @@ def test_sft_learns_and_lora_merges(tiny_model_dir, tmp_path):
 
 
 def test_lora_adapters_are_the_only_trainable_parameters(tiny_model_dir):
-    from omegaconf import OmegaConf
-
     from ragen.trainer.config import LoraConfig
     from ragen.trainer.setup import apply_lora
 
     model, _ = _load(tiny_model_dir)
-    wrapped = apply_lora(model, OmegaConf.structured(LoraConfig(rank=4)))
+    wrapped = apply_lora(model, LoraConfig(rank=4))
     trainable = [n for n, p in wrapped.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
 
@@ -99,6 +113,8 @@ def test_more_expert_actions_than_the_prompt_allows_is_a_clear_error(tiny_model_
     from ragen.models import load_tokenizer
 
     tok = load_tokenizer(tiny_model_dir)
-    cfg = SFTConfig(env="sokoban", episodes=2, actions_per_turn=3, max_actions_per_turn=2)
+    cfg = SFTConfig(
+        env="sokoban", episodes=2, actions_per_turn=3, rollout=RolloutConfig(max_actions_per_turn=2)
+    )
     with pytest.raises(ValueError, match="max-actions-per-turn"):
         make_expert_data(tok, cfg)

@@ -101,3 +101,93 @@ def test_cli_prints_config_and_reports_errors(capsys):
     assert "name: bandit" in capsys.readouterr().out
     assert main(["train", "trainer.bogus=1"]) == 2
     assert "unknown config key 'trainer.bogus'" in capsys.readouterr().err
+
+
+# every enumerated key, with a typo of a valid value: (override, full key, suggestion)
+TYPOS = [
+    ("algo.adv_estimator=gea", "algo.adv_estimator", "gae"),
+    ("algo.loss_agg_mode=tokn-mean", "algo.loss_agg_mode", "token-mean"),
+    ("algo.norm_method=mean_sdt", "algo.norm_method", "mean_std"),
+    ("algo.norm_grouping=stat", "algo.norm_grouping", "state"),
+    ("algo.kl_type=low_var_k", "algo.kl_type", "low_var_kl"),
+    ("algo.filter.strategy=top-p", "algo.filter.strategy", "top_p"),
+    ("algo.turn_baseline=turns", "algo.turn_baseline", "turn"),
+    ("algo.advantage_tokens=responses", "algo.advantage_tokens", "response"),
+    ("algo.reward_placement=trajectry", "algo.reward_placement", "trajectory"),
+    ("rollout.prompt_style=compakt", "rollout.prompt_style", "compact"),
+    ("rollout.template_strategy=delt", "rollout.template_strategy", "delta"),
+    ("env=sokobn", "env.name", "sokoban"),
+    ("model.dtype=bfloat61", "model.dtype", "bfloat16"),
+    ("trainer.wandb_mode=ofline", "trainer.wandb_mode", "offline"),
+]
+
+
+@pytest.mark.parametrize("override, key, suggestion", TYPOS)
+def test_enumerated_typo_exits_2_before_any_model_loads(
+    override, key, suggestion, capsys, monkeypatch
+):
+    from ragen.cli import main
+    from ragen.models import loading
+
+    def no_model(*args, **kwargs):
+        pytest.fail("a model was loaded before the config was checked")
+
+    monkeypatch.setattr(loading, "load_policy", no_model)
+    monkeypatch.setattr(loading, "resolve_model", no_model)
+    assert main(["train", "model=tiny", override]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(f"ragen train: error: {key}: unknown value")
+    assert f"Did you mean {suggestion!r}?" in err and "Valid:" in err
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("rollout.group_size=0", "rollout.group_size: must be >= 1"),
+        ("rollout.env_groups=0", "rollout.env_groups: must be >= 1"),
+        ("rollout.max_new_tokens=5000", "rollout.max_new_tokens:"),
+        ("rollout.max_new_tokens=0", "rollout.max_new_tokens: must be >= 1"),
+        ("algo.ppo_mini_batch_size=0", "algo.ppo_mini_batch_size: must be >= 1"),
+        ("env.config.dim_rooms=[6,6]", "env.config.dim_rooms: environment 'sokoban' has no option"),
+    ],
+)
+def test_errors_name_the_full_key_and_the_basic_problem_first(override, key):
+    with pytest.raises(ConfigError) as err:
+        load_config([override])
+    assert str(err.value).startswith(key), str(err.value)
+    assert "ppo_mini_batch_size<=" not in str(err.value)
+
+
+def test_load_config_returns_the_typed_config():
+    from ragen.agent.rollout import RolloutConfig
+    from ragen.trainer.config import TrainConfig, to_dict, to_yaml
+
+    cfg = load_config(
+        ["rollout.max_new_tokens=48", "model.actor_lr=1e-3", "env.config.dim_room=[6,6]"]
+    )
+    assert isinstance(cfg, TrainConfig) and isinstance(cfg.rollout, RolloutConfig)
+    assert cfg.rollout.max_new_tokens == 48 and cfg.model.actor_lr == 1e-3
+    assert cfg.env.config == {"dim_room": [6, 6]}
+    assert to_dict(cfg)["rollout"]["max_new_tokens"] == 48
+    assert "max_new_tokens: 48" in to_yaml(cfg)
+
+
+def test_ragen_error_is_one_line_and_a_bug_keeps_its_traceback(capsys, monkeypatch):
+    from ragen.cli import main
+    from ragen.trainer import config
+
+    assert main(["train", "algo.kl_type=nope"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    monkeypatch.setenv("RAGEN_DEBUG", "1")  # the traceback of a user error, on request
+    with pytest.raises(ConfigError):
+        main(["train", "algo.kl_type=nope"])
+    monkeypatch.delenv("RAGEN_DEBUG")
+
+    def bug(overrides):
+        raise KeyError("a genuine bug")
+
+    monkeypatch.setattr(config, "load_config", bug)
+    with pytest.raises(KeyError, match="a genuine bug"):  # not swallowed into exit code 2
+        main(["train"])

@@ -189,3 +189,13 @@ def test_context_overflow_truncates_instead_of_crashing(tiny_model_dir, tmp_path
     history = StarPOTrainer(cfg).train()
     assert history[-1]["rollout/truncation_rate"] == 1.0
     assert history[-1]["actor/skipped_steps"] == 1.0
+
+
+def test_training_console_is_readable(tiny_model_dir, tmp_path, capfd):
+    """No transformers load reports or per-load progress bars in a training run."""
+    run = tmp_path / "quiet"
+    assert main(["train", *_overrides(tiny_model_dir, run, "bandit", "starpo", steps=1)]) == 0
+    out, err = capfd.readouterr()
+    for noise in ("LOAD REPORT", "MISSING", "Loading weights", "Writing model shards"):
+        assert noise not in out + err, noise
+    assert "critic: value head initialized to zero" in err

@@ -9,23 +9,8 @@ ragen eval --model random --env sokoban --env-config dim_room=[8,8] num_boxes=2
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
-
-def parse_key_values(pairs: list[str] | None) -> dict[str, Any]:
-    """``["a=1", "b=[8, 8]", "c=true"]`` -> ``{"a": 1, "b": [8, 8], "c": True}`` (YAML values)."""
-    import yaml
-
-    out: dict[str, Any] = {}
-    for pair in pairs or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"--env-config expects key=value, got {pair!r}")
-        try:
-            out[key.strip()] = yaml.safe_load(value)
-        except yaml.YAMLError:
-            out[key.strip()] = value
-    return out
+from ragen.cli_utils import add_rollout_flags, parse_key_values, rollout_from_args
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -38,8 +23,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--model",
         required=True,
-        help="model folder, .gguf file, hub id, 'oracle' or 'random' "
-        "(with --api-base: the served model name)",
+        help="tiny[:SIZE], model folder, .gguf file, model preset, hub id, 'oracle' or "
+        "'random' (with --api-base: the served model name)",
     )
     p.add_argument("--env", required=True, help="registered environment name (see `ragen envs`)")
     p.add_argument("--n", type=int, default=256, help="episodes to play (default 256)")
@@ -49,29 +34,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=1,
         help="episodes per initial state; pass@k uses k = group size (default 1)",
     )
-    p.add_argument("--temperature", type=float, default=0.5, help="sampling temperature (0.5)")
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--max-turns", type=int, default=5)
-    p.add_argument("--max-actions-per-turn", type=int, default=5)
-    p.add_argument("--max-actions-per-trajectory", type=int, default=10)
-    p.add_argument("--max-new-tokens", type=int, default=400, help="per turn (400)")
-    p.add_argument("--max-model-len", type=int, default=4096)
-    p.add_argument(
-        "--context-window",
-        type=int,
-        default=None,
-        help="keep only the last k turns in the prompt (default: full history)",
-    )
-    p.add_argument("--no-think", action="store_true", help="answer-only format (no <think>)")
-    p.add_argument("--separator", default="||", help="action separator inside <answer>")
-    p.add_argument(
-        "--prompt-style",
-        choices=["full", "compact"],
-        default="full",
-        help="full: env rules in the system prompt; compact: actions + format only "
-        "(use what the model was trained with)",
-    )
+    add_rollout_flags(p, defaults={"temperature": 0.5})
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--seed-offset", type=int, default=0, help="shift the validation seeds")
     p.add_argument(
@@ -106,29 +69,22 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from .evaluate import format_table, run_evaluation
-    from .rollout import RolloutConfig
+    from ragen.trainer.config import check_env_options
 
-    config = RolloutConfig(
-        max_actions_per_turn=args.max_actions_per_turn,
-        max_actions_per_trajectory=args.max_actions_per_trajectory,
-        max_new_tokens=args.max_new_tokens,
-        max_model_len=args.max_model_len,
-        think=not args.no_think,
-        separator=args.separator,
-        prompt_style=args.prompt_style,
-        context_window=args.context_window,
-        top_p=args.top_p,
-        top_k=args.top_k,
-    )
+    from .evaluate import format_table, run_evaluation
+
+    config = rollout_from_args(args)
+    config.validate(prefix="--")
+    env_config = parse_key_values(args.env_config, "--env-config")
+    check_env_options(args.env, env_config, "--env-config")
     result = run_evaluation(
         args.model,
         args.env,
         n=args.n,
         group_size=args.group_size,
-        temperature=args.temperature,
-        max_turns=args.max_turns,
-        env_config=parse_key_values(args.env_config),
+        temperature=config.temperature,
+        max_turns=config.max_turns,
+        env_config=env_config,
         out_dir=args.out,
         api_base=args.api_base,
         config=config,

@@ -54,6 +54,8 @@ PLAIN_CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}Assistant: {% endif %}"
 )
 
+TEMPLATE_STRATEGIES = ("auto", "delta", "fixed_prefix")  # ChatFormat(strategy=...)
+
 _DUMMY_USER = "ragen-context-probe: user"
 _MARK = "RAGEN_ASSISTANT_MARK_7F3A"
 
@@ -72,7 +74,7 @@ class ChatFormat:
         strategy: str = "auto",
         eos_ids: list[int] | None = None,
     ) -> None:
-        if strategy not in ("auto", "delta", "fixed_prefix"):
+        if strategy not in TEMPLATE_STRATEGIES:
             raise ValueError(f"strategy must be auto, delta or fixed_prefix, got {strategy!r}")
         self.tokenizer = tokenizer
         template = chat_template or getattr(tokenizer, "chat_template", None)

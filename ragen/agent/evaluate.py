@@ -24,6 +24,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ragen.errors import UsageError
+
 from .env_manager import EnvStateManager
 from .metrics import episodes_of, rollout_metrics
 from .policies import ChatPolicy, ModelPolicy, OraclePolicy, Policy, RandomPolicy
@@ -60,7 +62,7 @@ def build_policy(
         lm, tokenizer = load_policy(model, device=device, dtype=dtype)
         model = lm
     if tokenizer is None:
-        raise ValueError(
+        raise UsageError(
             f"evaluate got a {type(model).__name__} without tokenizer=; pass the model's "
             "tokenizer (or a path / 'oracle' / 'random' as model)"
         )
@@ -123,9 +125,9 @@ def run_evaluation(
     once. ``epsilon``/``actions_per_turn`` configure the reference policies.
     """
     if n < 1 or group_size < 1:
-        raise ValueError(f"n and group_size must be >= 1, got n={n}, group_size={group_size}")
+        raise UsageError(f"n and group_size must be >= 1, got n={n}, group_size={group_size}")
     if n % group_size:
-        raise ValueError(f"n ({n}) must be a multiple of group_size ({group_size})")
+        raise UsageError(f"n ({n}) must be a multiple of group_size ({group_size})")
     cfg = replace(
         config or RolloutConfig(), temperature=temperature, max_turns=max_turns, seed=seed
     )

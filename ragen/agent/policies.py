@@ -58,7 +58,6 @@ class Policy(ABC):
 
     name: str = "policy"
     tokenizer: Any = None  # set: the rollout builds token-exact samples
-    trainable: bool = False  # outputs carry sampled ids with generation log-probs
 
     @abstractmethod
     def act(self, requests: list[TurnRequest], params: SamplingParams) -> list[PolicyOutput]: ...
@@ -68,7 +67,6 @@ class ModelPolicy(Policy):
     """A token engine (``generate(prompt_ids, params) -> Generation``) and its tokenizer."""
 
     name = "model"
-    trainable = True
 
     def __init__(self, engine: Any, tokenizer: Any) -> None:
         if tokenizer is None:

@@ -39,8 +39,15 @@ from .trajectory import Trajectory, TurnRecord
 
 @dataclass
 class RolloutConfig:
-    """Knobs of one rollout (defaults: RAGEN v1, DESIGN.md sec. 5)."""
+    """Knobs of a rollout (defaults: RAGEN v1, DESIGN.md sec. 5).
 
+    The one definition of them: ``ragen train``'s ``rollout.*`` section is this class,
+    and eval, SFT and the demo build one. ``env_groups``/``group_size`` size the
+    trainer's batch (its env manager); :func:`run_rollout` takes them from the manager.
+    """
+
+    env_groups: int = 8  # training only: prompt groups (distinct initial states) per step
+    group_size: int = 16  # training only: rollouts per initial state
     max_turns: int = 5  # turns per episode
     max_actions_per_turn: int = 5  # actions executed from one answer
     max_actions_per_trajectory: int = 10  # actions per episode (the episode ends when spent)
@@ -54,35 +61,56 @@ class RolloutConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0  # 0 = off
-    seed: int = 0  # sampling seed of this rollout (engine + text policies)
+    seed: int = 0  # sampling seed of this rollout (the trainer sets it per rollout)
     template_strategy: str = "auto"  # auto | delta | fixed_prefix (see ragen.agent.context)
-    prompt_style: str = "full"  # full | compact (see ragen.agent.prompts)
+    prompt_style: str = "full"  # full: env rules in the system prompt; compact: actions + format
 
-    def validate(self) -> None:
+    def validate(self, prefix: str = "rollout.") -> None:
+        """Raise :class:`~ragen.errors.ConfigError` naming ``<prefix><key>``, the problem
+        and the fix; basic checks (choices, positivity) before combinations."""
+        from ragen.errors import ConfigError, check_choice
+
+        from .context import TEMPLATE_STRATEGIES
+
+        check_choice(f"{prefix}prompt_style", self.prompt_style, prompts.PROMPT_STYLES)
+        check_choice(f"{prefix}template_strategy", self.template_strategy, TEMPLATE_STRATEGIES)
         for name in (
+            "env_groups",
+            "group_size",
             "max_turns",
             "max_actions_per_turn",
             "max_actions_per_trajectory",
             "max_new_tokens",
             "max_model_len",
         ):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"rollout {name} must be >= 1, got {getattr(self, name)}")
-        if self.max_new_tokens >= self.max_model_len:
-            raise ValueError(
-                f"max_new_tokens ({self.max_new_tokens}) must be below max_model_len "
-                f"({self.max_model_len}); lower max_new_tokens or raise max_model_len"
-            )
+            value = getattr(self, name)
+            if int(value) < 1:
+                raise ConfigError(
+                    f"{prefix}{name}: must be >= 1, got {value}. Fix: use a positive integer"
+                )
         if self.context_window is not None and self.context_window < 0:
-            raise ValueError(f"context_window must be None or >= 0, got {self.context_window}")
-        if not self.separator or not self.separator.strip():
-            raise ValueError("separator must be a visible string such as '||'")
-        if self.prompt_style not in prompts.PROMPT_STYLES:
-            raise ValueError(
-                f"prompt_style must be one of {prompts.PROMPT_STYLES}, got {self.prompt_style!r}"
+            raise ConfigError(
+                f"{prefix}context_window: must be null or >= 0, got {self.context_window}. "
+                "Fix: null keeps the whole history, k keeps the last k turns"
             )
+        if not self.separator or not self.separator.strip():
+            raise ConfigError(f"{prefix}separator: must be a visible string. Fix: e.g. '||'")
         if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+            raise ConfigError(
+                f"{prefix}temperature: must be >= 0, got {self.temperature}. Fix: 0 is greedy"
+            )
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(
+                f"{prefix}top_p: must be in (0, 1], got {self.top_p}. Fix: 1.0 is off"
+            )
+        if self.top_k < 0:
+            raise ConfigError(f"{prefix}top_k: must be >= 0, got {self.top_k}. Fix: 0 is off")
+        if self.max_new_tokens >= self.max_model_len:
+            raise ConfigError(
+                f"{prefix}max_new_tokens: {self.max_new_tokens} must be below "
+                f"{prefix}max_model_len ({self.max_model_len}), a single turn cannot exceed the "
+                f"model context. Fix: lower {prefix}max_new_tokens or raise {prefix}max_model_len"
+            )
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RolloutConfig:

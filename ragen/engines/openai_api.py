@@ -35,6 +35,8 @@ import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
+from ragen.errors import EngineError, UsageError
+
 from .base import SamplingParams
 
 MAX_STOP_STRINGS = 4
@@ -80,9 +82,9 @@ class OpenAIChatEngine:
         backoff_s: float = 1.0,
     ):
         if not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
+            raise UsageError(f"base_url must start with http:// or https://, got {base_url!r}")
         if concurrency < 1 or max_retries < 0 or timeout <= 0:
-            raise ValueError("need concurrency >= 1, max_retries >= 0 and timeout > 0")
+            raise UsageError("need concurrency >= 1, max_retries >= 0 and timeout > 0")
         self.url = chat_completions_url(base_url)
         self.model = model
         self.api_key_env = api_key_env
@@ -145,19 +147,19 @@ class OpenAIChatEngine:
             except urllib.error.HTTPError as err:
                 detail = _short(err.read().decode("utf-8", "replace"))
                 if err.code not in _RETRY_STATUS:
-                    raise RuntimeError(
+                    raise EngineError(
                         f"{self.url} answered HTTP {err.code}: {detail}; check the model name, "
                         f"the request and the API key in ${self.api_key_env}"
                     ) from None
                 if last:
-                    raise RuntimeError(
+                    raise EngineError(
                         f"{self.url} kept failing (HTTP {err.code}: {detail}) after "
                         f"{self.max_retries + 1} attempts; is the server overloaded?"
                     ) from None
                 delay = _retry_after(err) or self._backoff(attempt)
             except TimeoutError as err:
                 if last:
-                    raise RuntimeError(
+                    raise EngineError(
                         f"{self.url} timed out after {self.timeout:g} s "
                         f"({self.max_retries + 1} attempts); raise the timeout or check the server"
                     ) from err
@@ -166,20 +168,20 @@ class OpenAIChatEngine:
                 if isinstance(err.reason, (TimeoutError, socket.timeout)) and not last:
                     delay = self._backoff(attempt)
                 else:
-                    raise RuntimeError(
+                    raise EngineError(
                         f"cannot reach {self.url} ({_short(str(err.reason))}); is the server "
                         "running? check --api-base (it should point at .../v1)"
                     ) from None
             except (ConnectionResetError, http.client.HTTPException) as err:
                 # the server dropped the connection mid-request: treat like a 5xx
                 if last:
-                    raise RuntimeError(
+                    raise EngineError(
                         f"{self.url} closed the connection ({_short(str(err)) or type(err).__name__}) "
                         f"after {self.max_retries + 1} attempts; check the server log"
                     ) from None
                 delay = self._backoff(attempt)
             except (json.JSONDecodeError, UnicodeDecodeError) as err:
-                raise RuntimeError(
+                raise EngineError(
                     f"{self.url} did not return JSON ({err}); is it an OpenAI-compatible endpoint?"
                 ) from None
             self._count("retries")
@@ -198,7 +200,7 @@ class OpenAIChatEngine:
             choice = data["choices"][0]
             text = choice["message"].get("content") or ""
         except (KeyError, IndexError, TypeError, AttributeError):
-            raise RuntimeError(
+            raise EngineError(
                 f"{self.url} returned no choices[0].message: {_short(json.dumps(data))}"
             ) from None
         return restore_stop_string(text, choice.get("finish_reason"), list(params.stop_strings))

@@ -77,23 +77,11 @@ def cmd_envs(args: argparse.Namespace) -> int:
 
 # -- ragen play ---------------------------------------------------------------------------------
 def parse_overrides(items: list[str]) -> dict[str, Any]:
-    """``["a=1", "b=[8, 8]"]`` -> ``{"a": 1, "b": [8, 8]}`` (values parsed as YAML)."""
-    import yaml
+    """``--set`` values: ``["a=1", "p=1/3"]`` -> ``{"a": 1, "p": 0.333..}`` (see
+    :func:`ragen.cli_utils.parse_key_values`, the parser of every command)."""
+    from ragen.cli_utils import parse_key_values
 
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
-        value = yaml.safe_load(raw) if raw.strip() else ""
-        if isinstance(value, str) and "/" in value:  # allow fractions such as p=1/3
-            num, _, den = value.partition("/")
-            try:
-                value = float(num) / float(den)
-            except ValueError:
-                pass
-        out[key.strip()] = value
-    return out
+    return parse_key_values(items, "--set")
 
 
 def cmd_play(args: argparse.Namespace) -> int:

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ragen.errors import EnvConfigError, UnknownEnvError
+
 from .base import Env
 
 
@@ -49,13 +51,16 @@ def names() -> list[str]:
 
 
 def spec(name: str) -> EnvSpec:
-    """The registration record of ``name``; unknown names raise ``KeyError`` listing all."""
+    """The registration record of ``name``; an unknown name raises
+    :class:`~ragen.errors.UnknownEnvError` (a ``KeyError``) listing all."""
     if name not in _REGISTRY:
         import difflib
 
         close = difflib.get_close_matches(name, _REGISTRY, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise KeyError(f"unknown environment {name!r}.{hint} Registered: {', '.join(names())}.")
+        raise UnknownEnvError(
+            f"unknown environment {name!r}.{hint} Registered: {', '.join(names())}."
+        )
     return _REGISTRY[name]
 
 
@@ -70,7 +75,7 @@ def make(name: str, **config: Any) -> Env:
         allowed = [k for k in params if k != "self"]
         unknown = sorted(set(kwargs) - set(allowed))
         if unknown:
-            raise TypeError(
+            raise EnvConfigError(
                 f"environment {name!r} got unknown config key(s) {unknown}; "
                 f"accepted keys: {', '.join(allowed)}"
             )

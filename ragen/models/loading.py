@@ -1,5 +1,6 @@
-"""Load a policy (causal LM + tokenizer) from a hub id, a local HF folder or a ``.gguf`` file.
+"""Model names, devices, dtypes and loading: the one place every command resolves a model.
 
+    >>> model, tok = load_policy("tiny")                             # tiny[:SIZE], built offline
     >>> model, tok = load_policy("runs/tiny-small")                  # HF-format folder
     >>> model, tok = load_policy("~/.cache/ragen/models/smollm2.gguf")  # GGUF (dequantized)
     >>> model, tok = load_policy("Qwen/Qwen2.5-0.5B-Instruct")        # hub id (when online)
@@ -17,15 +18,23 @@ dequantized model and its tokenizer in HF format under
 file's path, size and mtime) and later loads read that folder (~1 s). Set
 ``RAGEN_GGUF_CACHE=0`` to always read the GGUF directly.
 
-Every failure a user can cause is one line naming the problem and the fix.
+Names (:func:`resolve_model`): ``tiny`` / ``tiny:SIZE``, a local folder, a ``.gguf``
+file, a model preset (``smollm2``) or a hub id; an unknown name fails at once offline.
+Every failure a user can cause is one line (:class:`~ragen.errors.ModelLoadError`,
+:class:`~ragen.errors.ConfigError`) naming the problem and the fix.
 """
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from ragen.errors import ConfigError, ModelLoadError
 
 _DTYPE_NAMES = {
     "float32": "float32",
@@ -37,43 +46,199 @@ _DTYPE_NAMES = {
     "fp16": "float16",
     "half": "float16",
 }
+DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")  # model.dtype / --dtype
+TINY = "tiny"  # ``tiny`` / ``tiny:SIZE``: a tiny model built offline on first use
 
 
-def pick_device(device: Any = None):
-    """``device`` as a ``torch.device``; None -> CUDA when available, else CPU."""
+def check_device_spec(spec: Any, key: str = "device") -> None:
+    """Raise :class:`~ragen.errors.ConfigError` naming ``key`` unless ``spec`` is ``auto``,
+    None or a device torch knows (``cpu``, ``cuda``, ``cuda:N``, ...)."""
+    pick_device(spec, key=key)
+
+
+def pick_device(device: Any = None, key: str = "device"):
+    """``device`` as a ``torch.device``; None or ``"auto"`` -> CUDA when available, else CPU.
+
+    A malformed name, or CUDA asked for where there is none, raises
+    :class:`~ragen.errors.ConfigError` naming ``key``.
+    """
     import torch
 
-    if device is not None:
-        try:
-            return torch.device(device)
-        except (RuntimeError, TypeError) as err:
-            raise ValueError(
-                f"invalid device {device!r}; use e.g. 'cpu', 'cuda', 'cuda:0'"
-            ) from err
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device is None or device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        out = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ConfigError(
+            f"{key}: invalid device {device!r}. Fix: use auto, cpu, cuda or cuda:N"
+        ) from None
+    if out.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(
+            f"{key}: {device!r} asked for, but CUDA is not available. Fix: use cpu or auto"
+        )
+    return out
 
 
-def pick_dtype(device: Any = None, dtype: Any = None):
-    """``dtype`` as a ``torch.dtype``; None -> bf16 on CUDA with bf16 support, else float32.
+def pick_dtype(device: Any = None, dtype: Any = None, *, training: bool = False):
+    """``dtype`` as a ``torch.dtype``. None or ``"auto"``: float32 when ``training`` (the
+    trainer keeps float32 weights and gets bf16 compute from autocast), else bf16 on a
+    CUDA device with bf16 support and float32 otherwise.
 
     float32 on CPU because CPU bf16 matmuls are slow on most machines and lose precision
     the PPO ratio needs.
     """
     import torch
 
-    if dtype is not None:
+    if dtype is not None and dtype != "auto":
         if isinstance(dtype, torch.dtype):
             return dtype
         name = _DTYPE_NAMES.get(str(dtype).lower().removeprefix("torch."))
         if name is None:
-            raise ValueError(
-                f"unknown dtype {dtype!r}; use one of float32, bfloat16, float16 (or fp32/bf16/fp16)"
+            raise ConfigError(
+                f"unknown dtype {dtype!r}. Fix: use one of {', '.join(DTYPE_CHOICES)} "
+                "(or fp32/bf16/fp16)"
             )
         return getattr(torch, name)
+    if training:
+        return torch.float32
     device = pick_device(device)
     if device.type == "cuda" and torch.cuda.is_bf16_supported():
         return torch.bfloat16
     return torch.float32
+
+
+@contextlib.contextmanager
+def quiet_transformers(progress_bars: bool = False) -> Iterator[None]:
+    """Silence transformers' load reports and warnings (and, unless ``progress_bars``,
+    its progress bars) for a local load or save; restores both afterwards.
+
+    A 1M-parameter model loads in milliseconds: a "Loading weights" bar per load and a
+    LOAD REPORT for an expected new head only bury the training log. Hub downloads keep
+    their bars (``progress_bars=True``): those take seconds and are worth watching.
+    """
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    if not progress_bars:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars and not progress_bars:
+            hf_logging.enable_progress_bar()
+
+
+def cache_root() -> Path:
+    """Where ragen keeps tiny models, downloads and conversions: ``$RAGEN_CACHE`` or
+    ``~/.cache/ragen``."""
+    return Path(os.environ.get("RAGEN_CACHE", "~/.cache/ragen")).expanduser()
+
+
+def model_presets() -> dict[str, str]:
+    """``ragen/configs/model/<name>.yaml`` -> the ``model.path`` it names."""
+    import yaml
+
+    folder = Path(__file__).resolve().parent.parent / "configs" / "model"
+    out = {}
+    for file in sorted(folder.glob("*.yaml")):
+        data = yaml.safe_load(file.read_text()) or {}
+        path = (data.get("model") or {}).get("path", data.get("path"))
+        if path:
+            out[file.stem] = str(path)
+    return out
+
+
+def resolve_model(name: str | os.PathLike, seed: int = 0) -> str:
+    """The one model-name resolver of every command (train, eval, sft, demo, benches).
+
+    * ``tiny`` / ``tiny:SIZE`` -> a tiny model folder under ``cache_root()/models``,
+      built offline on first use (sizes: ``ragen.models.tiny.PRESETS``);
+    * an existing path (``~`` expanded) -> that path; ``.gguf`` files included;
+    * a model preset name (``ragen/configs/model``, e.g. ``smollm2``) -> its path, resolved;
+    * anything else is a hub id: returned as is when it is in the Hugging Face cache or
+      the hub is reachable; otherwise (offline) :class:`~ragen.errors.ModelLoadError`
+      at once, with a "did you mean" for names close to ``tiny`` or a preset.
+
+    Paths that do not exist are returned as is: loading them raises the precise error.
+    """
+    text = os.fspath(name)
+    if text == TINY or text.startswith(TINY + ":"):
+        return str(_tiny_model(text.partition(":")[2] or "micro", seed))
+    path = Path(text).expanduser()
+    if path.exists() or _looks_like_path(text) or not text:
+        return str(path) if text else text
+    presets = model_presets()
+    if text in presets:
+        return resolve_model(presets[text], seed)
+    return _check_hub_id(text, presets)
+
+
+def _tiny_model(size: str, seed: int) -> Path:
+    from .tiny import PRESETS, create_tiny
+
+    if size not in PRESETS:
+        close = difflib.get_close_matches(size, PRESETS, n=1)
+        hint = f" Did you mean 'tiny:{close[0]}'?" if close else ""
+        raise ModelLoadError(
+            f"unknown tiny model size {size!r}.{hint} Valid: "
+            + ", ".join(f"tiny:{s}" for s in PRESETS)
+        )
+    out = cache_root() / "models" / f"tiny-{size}-seed{seed}"
+    if not (out / "config.json").exists():
+        create_tiny(out, size=size, seed=seed)
+    return out
+
+
+def _check_hub_id(name: str, presets: dict[str, str]) -> str:
+    """``name`` if it can be a usable hub id here (cached, or the hub is reachable)."""
+    from .tiny import PRESETS
+
+    candidates = [TINY, *(f"{TINY}:{s}" for s in PRESETS), *presets]
+    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    if _in_hub_cache(name):
+        return name
+    if "/" not in name and close:  # a typo of one of ours, not a hub id
+        raise ModelLoadError(
+            f"unknown model {name!r}.{hint} Valid: a folder, a .gguf file, a hub id, "
+            f"{', '.join(candidates)}"
+        )
+    if _offline(None) or not _hub_reachable():
+        raise ModelLoadError(
+            f"model {name!r} is not a local path, a tiny model or a preset "
+            f"({', '.join(candidates)}), and not in the Hugging Face cache; the hub is "
+            f"unreachable (offline).{hint} Fix: pass a local folder or .gguf file, or "
+            "create one with `ragen models create-tiny --out DIR`"
+        )
+    return name
+
+
+def _in_hub_cache(repo_id: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(repo_id, "config.json")
+    except Exception:  # an invalid repo id, or no huggingface_hub: not cached
+        return False
+    return isinstance(found, str)
+
+
+def _hub_reachable(timeout_s: float = 2.0) -> bool:
+    """Whether a TCP connection to the hub (``$HF_ENDPOINT``) opens within ``timeout_s``:
+    an offline machine learns so at once instead of after the hub client's retries."""
+    import socket
+    from urllib.parse import urlparse
+
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    port = url.port or (80 if url.scheme == "http" else 443)
+    try:
+        socket.create_connection((url.hostname or "huggingface.co", port), timeout_s).close()
+    except OSError:
+        return False
+    return True
 
 
 def _offline(local_files_only: bool | None) -> bool:
@@ -93,18 +258,23 @@ def resolve_source(
 ) -> tuple[str, str | None, bool]:
     """Classify ``name_or_path`` -> ``(folder_or_hub_id, gguf_file_name, is_local)``.
 
-    Raises the one-line errors for missing files, folders without ``config.json`` and a
-    GGUF file without the ``gguf`` package.
+    ``name_or_path`` goes through :func:`resolve_model` first (``tiny``, presets, hub
+    ids). Raises the one-line :class:`~ragen.errors.ModelLoadError` for missing files,
+    folders without ``config.json`` and a GGUF file without the ``gguf`` package.
     """
     name = os.fspath(name_or_path)
+    if gguf_file is None:
+        name = resolve_model(name)
     if not name:
-        raise ValueError("empty model name; pass a hub id, a model folder or a .gguf file")
+        raise ModelLoadError("empty model name; pass a hub id, a model folder or a .gguf file")
     path = Path(name).expanduser()
     if name.endswith(".gguf"):
         if gguf_file is not None and gguf_file != path.name:
-            raise ValueError(f"got both {name!r} and gguf_file={gguf_file!r}; pass only the path")
+            raise ModelLoadError(
+                f"got both {name!r} and gguf_file={gguf_file!r}; pass only the path"
+            )
         if not path.is_file():
-            raise FileNotFoundError(
+            raise ModelLoadError(
                 f"GGUF file {path} not found; check the path "
                 "(`ragen models fetch-smollm2` downloads SmolLM2-135M-Instruct as GGUF)"
             )
@@ -114,7 +284,7 @@ def resolve_source(
     if path.is_dir():
         if gguf_file is not None:
             if not (path / gguf_file).is_file():
-                raise FileNotFoundError(f"GGUF file {path / gguf_file} not found; check gguf_file")
+                raise ModelLoadError(f"GGUF file {path / gguf_file} not found; check gguf_file")
             _require_gguf_package(path / gguf_file)
             return str(path), gguf_file, True
         if not (path / "config.json").is_file():
@@ -125,14 +295,14 @@ def resolve_source(
                 else "pass a folder saved with save_pretrained, or create one with "
                 "`ragen models create-tiny --out DIR`"
             )
-            raise FileNotFoundError(
-                f"{path} has no config.json, so it is not a model folder; {hint}"
-            )
+            raise ModelLoadError(f"{path} has no config.json, so it is not a model folder; {hint}")
         return str(path), None, True
     if path.exists():
-        raise ValueError(f"{path} is a file but not a .gguf; pass its folder (with config.json)")
+        raise ModelLoadError(
+            f"{path} is a file but not a .gguf; pass its folder (with config.json)"
+        )
     if _looks_like_path(name):
-        raise FileNotFoundError(
+        raise ModelLoadError(
             f"model path {path} does not exist; check the path, or create a tiny model with "
             "`ragen models create-tiny --out DIR`"
         )
@@ -143,20 +313,17 @@ def _require_gguf_package(path: Path) -> None:
     try:
         import gguf  # noqa: F401
     except ImportError as err:
-        raise RuntimeError(f"loading {path.name} needs the gguf package: pip install gguf") from err
+        raise ModelLoadError(
+            f"loading {path.name} needs the gguf package: pip install gguf"
+        ) from err
 
 
-def _hub_error(name: str, err: Exception, offline: bool) -> FileNotFoundError:
+def _hub_error(name: str, err: Exception, offline: bool) -> ModelLoadError:
     why = "offline mode is on (HF_HUB_OFFLINE)" if offline else f"the hub said: {err}"
-    return FileNotFoundError(
+    return ModelLoadError(
         f"model {name!r} is not a local path and could not be loaded from the Hugging Face hub "
         f"({why}); pass a local folder or .gguf file, or `ragen models create-tiny --out DIR`"
     )
-
-
-def cache_root() -> Path:
-    """Where ragen keeps downloads and conversions: ``$RAGEN_CACHE`` or ``~/.cache/ragen``."""
-    return Path(os.environ.get("RAGEN_CACHE", "~/.cache/ragen")).expanduser()
 
 
 def gguf_cache_dir(gguf_path: str | os.PathLike) -> Path:
@@ -198,13 +365,16 @@ def convert_gguf(gguf_path: str | os.PathLike, trust_remote_code: bool = False) 
         return target
     print(f"converting {path.name} to HF format once (cached in {target})", file=sys.stderr)
     kwargs = {"gguf_file": path.name, "trust_remote_code": trust_remote_code}
-    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), **kwargs)
-    model = AutoModelForCausalLM.from_pretrained(str(path.parent), dtype=torch.float32, **kwargs)
-    _sync_special_ids(model, prepare_tokenizer(tokenizer))
-    model = _without_quantizer(model)
-    tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
+    with quiet_transformers():
+        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(path.parent), dtype=torch.float32, **kwargs
+        )
+        _sync_special_ids(model, prepare_tokenizer(tokenizer))
+        model = _without_quantizer(model)
+        tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
     try:
         tmp.replace(target)
     except OSError:  # another process finished first
@@ -264,7 +434,6 @@ def load_tokenizer(
     local_files_only: bool | None = None,
 ):
     """The tokenizer for a policy, with a pad token and ``padding_side="left"``."""
-    from transformers import AutoTokenizer
 
     source, gguf_file, is_local = _resolve_cached(name_or_path, gguf_file, False, trust_remote_code)
     offline = _offline(local_files_only)
@@ -274,20 +443,26 @@ def load_tokenizer(
     if not is_local:
         kwargs["local_files_only"] = offline
     try:
-        if is_local and not gguf_file and _saved_as_plain_fast_tokenizer(source):
-            # transformers 5 maps model_type "qwen2" to Qwen2Tokenizer, which rebuilds its
-            # own pre-tokenizer and ignores the saved one; a folder saved as a plain fast
-            # tokenizer (our tiny models, converted GGUFs) must load exactly as saved
-            from transformers import PreTrainedTokenizerFast
-
-            tokenizer = PreTrainedTokenizerFast.from_pretrained(source, **kwargs)
-        else:
-            tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+        with quiet_transformers(progress_bars=not is_local):
+            tokenizer = _from_pretrained_tokenizer(source, is_local, gguf_file, kwargs)
     except OSError as err:
         if is_local:
-            raise FileNotFoundError(f"cannot load a tokenizer from {source}: {err}") from err
+            raise ModelLoadError(f"cannot load a tokenizer from {source}: {err}") from err
         raise _hub_error(source, err, offline) from err
     return prepare_tokenizer(tokenizer)
+
+
+def _from_pretrained_tokenizer(source: str, is_local: bool, gguf_file, kwargs: dict):
+    from transformers import AutoTokenizer
+
+    if is_local and not gguf_file and _saved_as_plain_fast_tokenizer(source):
+        # transformers 5 maps model_type "qwen2" to Qwen2Tokenizer, which rebuilds its
+        # own pre-tokenizer and ignores the saved one; a folder saved as a plain fast
+        # tokenizer (our tiny models, converted GGUFs) must load exactly as saved
+        from transformers import PreTrainedTokenizerFast
+
+        return PreTrainedTokenizerFast.from_pretrained(source, **kwargs)
+    return AutoTokenizer.from_pretrained(source, **kwargs)
 
 
 def _resolve_cached(name_or_path, gguf_file, create: bool, trust_remote_code: bool):
@@ -356,10 +531,11 @@ def load_policy(
     if not is_local:
         kwargs["local_files_only"] = offline
     try:
-        model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+        with quiet_transformers(progress_bars=not is_local):
+            model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
     except OSError as err:
         if is_local:
-            raise FileNotFoundError(f"cannot load model weights from {source}: {err}") from err
+            raise ModelLoadError(f"cannot load model weights from {source}: {err}") from err
         raise _hub_error(source, err, offline) from err
     model.to(device)
     model.eval()

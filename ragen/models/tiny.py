@@ -408,8 +408,11 @@ def create_tiny(
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer(chat_format)
     model = build_model(size, tokenizer, seed=seed, chat_format=chat_format)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+    from .loading import quiet_transformers
+
+    with quiet_transformers():
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
     n_params = sum(p.numel() for p in model.parameters())
     info = {"size": size, "seed": seed, "chat_format": chat_format, "num_parameters": n_params}
     (out / "ragen_tiny.json").write_text(json.dumps(info, indent=2) + "\n")

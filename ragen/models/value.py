@@ -26,7 +26,9 @@ import copy
 import os
 from typing import Any
 
-from .loading import load_policy, pick_device, pick_dtype, resolve_source
+from ragen.errors import ModelLoadError
+
+from .loading import load_policy, pick_device, pick_dtype, quiet_transformers, resolve_source
 from .logprobs import position_ids_from_mask
 
 
@@ -99,15 +101,18 @@ def create_critic(policy_path_or_model, device: Any = None, dtype: Any = None):
     dtype = pick_dtype(device, dtype)
     policy = policy_path_or_model
     if isinstance(policy, (str, os.PathLike)):
-        source, gguf_file, _ = resolve_source(policy)
+        source, gguf_file, is_local = resolve_source(policy)
         if gguf_file is None:
-            config = AutoConfig.from_pretrained(source)
-            if _is_critic_config(config):
-                return load_critic(source, device=device, dtype=dtype)
-            critic = AutoModelForTokenClassification.from_pretrained(
-                source, config=_value_config(config), dtype=dtype
-            )
+            with quiet_transformers(progress_bars=not is_local):
+                config = AutoConfig.from_pretrained(source)
+                if _is_critic_config(config):
+                    return load_critic(source, device=device, dtype=dtype)
+                # the new head is "missing" from the policy's weights: expected, said once below
+                critic = AutoModelForTokenClassification.from_pretrained(
+                    source, config=_value_config(config), dtype=dtype
+                )
             zero_value_head(critic)
+            _say("critic: value head initialized to zero")
             return critic.to(device).eval()
         policy, _ = load_policy(policy, device="cpu", dtype=dtype)  # GGUF: via the causal LM
     if not isinstance(policy, PreTrainedModel) and not hasattr(policy, "get_base_model"):
@@ -125,6 +130,7 @@ def create_critic(policy_path_or_model, device: Any = None, dtype: Any = None):
             f"unexpected {unexpected[:3]}; pass the policy's folder instead"
         )
     zero_value_head(critic)
+    _say("critic: value head initialized to zero")
     return critic.to(device=device, dtype=dtype).eval()
 
 
@@ -134,11 +140,19 @@ def load_critic(path, device: Any = None, dtype: Any = None):
 
     device = pick_device(device)
     dtype = pick_dtype(device, dtype)
-    source, gguf_file, _ = resolve_source(path)
+    source, gguf_file, is_local = resolve_source(path)
     if gguf_file is not None:
-        raise ValueError(f"{path} is a GGUF policy, not a critic; use create_critic(path)")
-    critic = AutoModelForTokenClassification.from_pretrained(source, dtype=dtype)
+        raise ModelLoadError(f"{path} is a GGUF policy, not a critic; use create_critic(path)")
+    with quiet_transformers(progress_bars=not is_local):
+        critic = AutoModelForTokenClassification.from_pretrained(source, dtype=dtype)
     return critic.to(device).eval()
+
+
+def _say(message: str) -> None:
+    """One line on stderr, in our words, for what transformers would report at length."""
+    import sys
+
+    print(message, file=sys.stderr, flush=True)
 
 
 def critic_values(critic, input_ids, attention_mask=None):

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import argparse
 
+from ragen.cli_utils import add_rollout_flags, parse_key_values, rollout_from_args
 
-def _kv(items: list[str]) -> dict:
-    import yaml
-
-    out = {}
-    for item in items:
-        if "=" not in item:
-            raise ValueError(f"--env-config expects KEY=VALUE, got {item!r}")
-        k, v = item.split("=", 1)
-        out[k] = yaml.safe_load(v)
-    return out
+# the rollout knobs that shape the expert data's prompts and turns; match the RL run's
+_SFT_ROLLOUT_FLAGS = [
+    "max_turns",
+    "max_actions_per_turn",
+    "max_actions_per_trajectory",
+    "think",
+    "separator",
+    "prompt_style",
+    "context_window",
+    "template_strategy",
+]
 
 
 def add_parser(subparsers) -> None:
@@ -25,7 +27,9 @@ def add_parser(subparsers) -> None:
     )
     sub = p.add_subparsers(dest="sft_command")
     p.add_argument(
-        "--model", default="tiny", help="base model: tiny[:SIZE], folder, .gguf or hub id"
+        "--model",
+        default="tiny",
+        help="base model: tiny[:SIZE], folder, .gguf file, model preset or hub id",
     )
     p.add_argument("--env", default="sokoban")
     p.add_argument("--env-config", nargs="*", default=[], metavar="KEY=VALUE")
@@ -41,22 +45,7 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--lora-rank", type=int, default=0, help="> 0 trains LoRA adapters (then merged)"
     )
-    p.add_argument("--max-turns", type=int, default=5)
-    p.add_argument(
-        "--max-actions-per-turn",
-        type=int,
-        default=5,
-        help="the limit the prompts state; match the RL run's rollout.max_actions_per_turn",
-    )
-    p.add_argument("--prompt-style", choices=["full", "compact"], default="full")
-    p.add_argument(
-        "--context-window",
-        type=int,
-        default=None,
-        help="turns of history in each prompt (0: the current state only; default: all); "
-        "match the RL run's rollout.context_window",
-    )
-    p.add_argument("--no-think", action="store_true", help="answer-only format")
+    add_rollout_flags(p, _SFT_ROLLOUT_FLAGS)
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=run)
     m = sub.add_parser("merge", help="fold a LoRA adapter into its base model")
@@ -67,13 +56,19 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ragen.errors import UsageError
+    from ragen.trainer.config import check_env_options
+
     from .trainer import SFTConfig, run_sft
 
     if not args.out:
-        raise ValueError("ragen sft needs --out DIR (where the fine-tuned model is saved)")
+        raise UsageError("ragen sft needs --out DIR (where the fine-tuned model is saved)")
+    env_config = parse_key_values(args.env_config, "--env-config")
+    check_env_options(args.env, env_config, "--env-config")
     cfg = SFTConfig(
         env=args.env,
-        env_config=_kv(args.env_config),
+        env_config=env_config,
+        rollout=rollout_from_args(args, seed=args.seed),
         episodes=args.episodes,
         epsilon=args.epsilon,
         actions_per_turn=args.actions_per_turn,
@@ -81,13 +76,9 @@ def run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         lr=args.lr,
         lora_rank=args.lora_rank,
-        max_turns=args.max_turns,
-        max_actions_per_turn=args.max_actions_per_turn,
-        think=not args.no_think,
-        prompt_style=args.prompt_style,
-        context_window=args.context_window,
         seed=args.seed,
     )
+    cfg.validate()
     run_sft(args.model, args.out, cfg)
     return 0
 

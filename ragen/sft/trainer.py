@@ -16,22 +16,29 @@ import json
 import math
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
 
+from ragen.agent.rollout import RolloutConfig
 from ragen.agent.trajectory import Trajectory
+from ragen.errors import ConfigError, UsageError
+from ragen.models.loading import quiet_transformers
 from ragen.trainer.batching import TrainingBatch, collate, micro_batches
 
 
 @dataclass
 class SFTConfig:
-    env: str = "sokoban"
-    env_config: dict = field(default_factory=dict)
+    env: str = "sokoban"  # a registered environment (``ragen envs``)
+    env_config: dict = field(default_factory=dict)  # the env's own knobs
+    # how the expert episodes are played and prompted: max_turns, max_actions_per_turn,
+    # think, prompt_style, context_window must match the RL run's rollout.* (its
+    # env_groups/group_size/sampling knobs are unused here)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
     episodes: int = 512  # expert episodes generated
     epsilon: float = 0.0  # fraction of expert actions replaced by random valid ones
-    actions_per_turn: int = 1  # expert actions per response (<= max_actions_per_turn)
+    actions_per_turn: int = 1  # expert actions per response (<= rollout.max_actions_per_turn)
     seed: int = 0
     epochs: int = 2
     batch_size: int = 32  # sequences per optimizer step
@@ -40,40 +47,31 @@ class SFTConfig:
     weight_decay: float = 0.0
     lora_rank: int = 0  # 0 = full fine-tuning
     lora_alpha: int = 16
-    max_turns: int = 5
-    max_actions_per_turn: int = 5
-    max_actions_per_trajectory: int = 10
-    think: bool = True
-    prompt_style: str = "full"  # must match the RL run's rollout.prompt_style
-    # must match the RL run's rollout.context_window: None = full history in one sample;
-    # k = each turn its own sample, prompted with the last k turns (0: the current state only)
-    context_window: int | None = None
     only_successful: bool = False  # keep only episodes the (noisy) expert solved
+
+    def validate(self) -> None:
+        """Raise :class:`~ragen.errors.ConfigError` naming the option and the fix."""
+        self.rollout.validate(prefix="rollout.")
+        if not 1 <= self.actions_per_turn <= self.rollout.max_actions_per_turn:
+            raise ConfigError(
+                f"actions_per_turn={self.actions_per_turn} must be between 1 and "
+                f"rollout.max_actions_per_turn={self.rollout.max_actions_per_turn} (the limit "
+                "the prompt states). Fix: raise --max-actions-per-turn or lower --actions-per-turn"
+            )
+        for name in ("episodes", "epochs", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
 
 
 def make_expert_data(tokenizer, cfg: SFTConfig) -> list[Trajectory]:
     """Oracle rollouts (with ``epsilon`` noise) on training seeds, as token-exact samples."""
-    if not 1 <= cfg.actions_per_turn <= cfg.max_actions_per_turn:
-        raise ValueError(
-            f"actions_per_turn={cfg.actions_per_turn} must be between 1 and "
-            f"max_actions_per_turn={cfg.max_actions_per_turn} (the limit the prompt states); "
-            "raise --max-actions-per-turn or lower --actions-per-turn"
-        )
+    cfg.validate()
     from ragen.agent.env_manager import EnvStateManager
     from ragen.agent.policies import OraclePolicy
-    from ragen.agent.rollout import RolloutConfig, run_rollout
+    from ragen.agent.rollout import run_rollout
 
     manager = EnvStateManager(
         cfg.env, dict(cfg.env_config), env_groups=cfg.episodes, group_size=1, seed=cfg.seed
-    )
-    rollout_cfg = RolloutConfig(
-        max_turns=cfg.max_turns,
-        max_actions_per_turn=cfg.max_actions_per_turn,
-        max_actions_per_trajectory=cfg.max_actions_per_trajectory,
-        think=cfg.think,
-        seed=cfg.seed,
-        prompt_style=cfg.prompt_style,
-        context_window=cfg.context_window,
     )
     policy = OraclePolicy(
         actions_per_turn=cfg.actions_per_turn,
@@ -83,7 +81,7 @@ def make_expert_data(tokenizer, cfg: SFTConfig) -> list[Trajectory]:
     )
     # SFT seeds come from the far end of the training range (never the validation range).
     seeds = manager.seeds_for_step(10_000_000)
-    result = run_rollout(policy, manager, rollout_cfg, seeds)
+    result = run_rollout(policy, manager, replace(cfg.rollout, seed=cfg.seed), seeds)
     data = [t for t in result.trajectories if t.num_response_tokens > 0]
     if cfg.only_successful:
         data = [t for t in data if t.success]
@@ -162,12 +160,11 @@ def train_sft(model, tokenizer, data: list[Trajectory], cfg: SFTConfig, log=prin
 def run_sft(base_model: str, out_dir: str | Path, cfg: SFTConfig, log=print) -> Path:
     """Generate expert data, fine-tune ``base_model`` and save the result to ``out_dir``."""
     from ragen.models import load_policy
-    from ragen.trainer.setup import resolve_model_path
 
+    cfg.validate()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    path = resolve_model_path(base_model)
-    model, tokenizer = load_policy(path, dtype=torch.float32)
+    model, tokenizer = load_policy(base_model, dtype=torch.float32)
     torch.manual_seed(cfg.seed)
     log(f"generating {cfg.episodes} expert episodes on {cfg.env} (epsilon={cfg.epsilon})")
     data = make_expert_data(tokenizer, cfg)
@@ -177,21 +174,20 @@ def run_sft(base_model: str, out_dir: str | Path, cfg: SFTConfig, log=print) -> 
         f"{sum(t.num_response_tokens for t in data)} assistant tokens"
     )
     if cfg.lora_rank > 0:
-        from omegaconf import OmegaConf
-
         from ragen.trainer.config import LoraConfig
         from ragen.trainer.setup import apply_lora
 
         # the same adapter layout as LoRA in RL (model.lora.*), so an SFT adapter and an
         # RL run agree on which modules carry adapters
-        lora = OmegaConf.structured(LoraConfig(rank=cfg.lora_rank, alpha=cfg.lora_alpha))
-        model = apply_lora(model, lora)
+        model = apply_lora(model, LoraConfig(rank=cfg.lora_rank, alpha=cfg.lora_alpha))
     history = train_sft(model, tokenizer, data, cfg, log=log)
     if cfg.lora_rank > 0:
-        model.save_pretrained(out / "adapter")  # the adapter alone, for `ragen sft merge`
+        with quiet_transformers():  # the adapter alone, for `ragen sft merge`
+            model.save_pretrained(out / "adapter")
         model = model.merge_and_unload()
-    model.save_pretrained(out, safe_serialization=True)
-    tokenizer.save_pretrained(out)
+    with quiet_transformers():
+        model.save_pretrained(out, safe_serialization=True)
+        tokenizer.save_pretrained(out)
     (out / "sft_config.json").write_text(
         json.dumps({"base_model": base_model, **asdict(cfg)}, indent=2)
     )
@@ -207,16 +203,16 @@ def merge_adapter(base_model: str, adapter_dir: str | Path, out_dir: str | Path)
     from peft import PeftModel
 
     from ragen.models import load_policy
-    from ragen.trainer.setup import resolve_model_path
 
     adapter_dir = Path(adapter_dir)
     if not (adapter_dir / "adapter_config.json").exists():
-        raise FileNotFoundError(
+        raise UsageError(
             f"{adapter_dir} has no adapter_config.json; pass the folder `ragen sft` wrote as <out>/adapter"
         )
-    model, tokenizer = load_policy(resolve_model_path(base_model), dtype=torch.float32)
-    merged = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
+    model, tokenizer = load_policy(base_model, dtype=torch.float32)
     out = Path(out_dir)
-    merged.save_pretrained(out, safe_serialization=True)
-    tokenizer.save_pretrained(out)
+    with quiet_transformers():
+        merged = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
+        merged.save_pretrained(out, safe_serialization=True)
+        tokenizer.save_pretrained(out)
     return out

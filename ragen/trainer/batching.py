@@ -181,6 +181,9 @@ def baseline_groups(
     return torch.tensor(ids, dtype=torch.long)
 
 
+REWARD_PLACEMENTS = ("trajectory", "turn")  # place_rewards(placement=...)
+
+
 def place_rewards(
     trajectories: Sequence[Trajectory],
     scores: torch.Tensor,

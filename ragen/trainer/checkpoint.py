@@ -47,6 +47,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ragen.errors import CheckpointError
+
 FORMAT_NAME = "ragen-checkpoint"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -68,10 +70,6 @@ DEFAULT_COMPAT_KEYS = (
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 _TMP_DIR = re.compile(r"^step_(\d+)\.tmp$")
 _MISSING = "<missing>"
-
-
-class CheckpointError(RuntimeError):
-    """A corrupt, incomplete or incompatible checkpoint; the message names the path and the fix."""
 
 
 class CheckpointWarning(UserWarning):
@@ -167,19 +165,6 @@ class CheckpointManager:
             return None
         self.verify(checkpoints[-1])
         return checkpoints[-1]
-
-    def resolve(self, spec: str | int | Path | None) -> Path | None:
-        """Turn a ``resume`` setting into a checkpoint folder.
-
-        ``None``/``"never"``/``"none"`` -> ``None``; ``"auto"``/``"latest"`` -> :meth:`latest`
-        (``None`` when the run has no checkpoint yet); an ``int`` -> that step's folder;
-        anything else is a path to a checkpoint folder (must exist).
-        """
-        if spec is None or (isinstance(spec, str) and spec.lower() in ("never", "none", "")):
-            return None
-        if isinstance(spec, str) and spec.lower() in ("auto", "latest"):
-            return self.latest()
-        return self._existing(spec)
 
     def _existing(self, path: str | int | Path) -> Path:
         folder = self.path_for(path) if isinstance(path, int) else Path(path)
@@ -289,10 +274,13 @@ class CheckpointManager:
         tmp.mkdir()
 
         try:
-            actor_kind = _save_model(actor, tmp, "actor")
-            if tokenizer is not None:
-                tokenizer.save_pretrained(str(tmp / "actor"))
-            critic_kind = None if critic is None else _save_model(critic, tmp, "critic")
+            from ragen.models.loading import quiet_transformers
+
+            with quiet_transformers():  # no "Writing model shards" bar per checkpoint
+                actor_kind = _save_model(actor, tmp, "actor")
+                if tokenizer is not None:
+                    tokenizer.save_pretrained(str(tmp / "actor"))
+                critic_kind = None if critic is None else _save_model(critic, tmp, "critic")
             optimizers, schedulers = dict(optimizers or {}), dict(schedulers or {})
             torch.save(
                 {
@@ -426,17 +414,6 @@ class CheckpointManager:
         if rng_state is not None:
             _restore_rng(rng_state)
         return json.loads((folder / TRAINER_STATE).read_text())
-
-    def load_trainer_state(self, path: str | int | Path) -> dict:
-        """Only the (verified) ``trainer_state.json`` of a checkpoint."""
-        folder = self._existing(path)
-        self.verify(folder)
-        return json.loads((folder / TRAINER_STATE).read_text())
-
-    def load_config(self, path: str | int | Path) -> dict | None:
-        """The training config saved with a checkpoint, or ``None`` if none was saved."""
-        file = self._existing(path) / TRAIN_CONFIG
-        return json.loads(file.read_text()) if file.is_file() else None
 
     @staticmethod
     def _torch_load(file: Path, device: Any, trust_pickle: bool) -> Any:

@@ -12,8 +12,11 @@ Resolution order (later wins):
 4. the ``algo`` preset (``ragen/configs/algo/<name>.yaml``);
 5. ``config=path.yaml`` files, then dotted overrides ``section.key=value``.
 
-Unknown keys, wrong types and impossible combinations raise :class:`ConfigError`
-naming the key and the fix, before anything expensive happens.
+:func:`load_config` returns a typed :class:`TrainConfig` (plain dataclasses; the
+``rollout`` section is :class:`ragen.agent.rollout.RolloutConfig`). Unknown keys, wrong
+types, unknown values of enumerated keys (checked against the modules that consume
+them) and impossible combinations raise a one-line :class:`~ragen.errors.ConfigError`
+naming the full key, the problem and the fix, before anything expensive happens.
 """
 
 from __future__ import annotations
@@ -23,14 +26,37 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import MISSING, DictConfig, OmegaConf  # noqa: F401
-from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import (
+    ConfigAttributeError,
+    ConfigKeyError,
+    OmegaConfBaseException,
+    ValidationError,
+)
+
+from ragen.agent.rollout import RolloutConfig
+from ragen.cli_utils import nest_dotted, parse_value, split_key_value
+from ragen.errors import ConfigError, check_choice
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "configs"
 
-
-class ConfigError(ValueError):
-    """A configuration problem; the message names the key and the fix."""
+__all__ = [
+    "ConfigError",
+    "LoraConfig",
+    "ModelConfig",
+    "EnvSection",
+    "RolloutConfig",
+    "FilterConfig",
+    "AlgoConfig",
+    "TrainerSection",
+    "TrainConfig",
+    "load_config",
+    "validate",
+    "check_env_options",
+    "preset_names",
+    "to_yaml",
+    "to_dict",
+]
 
 
 @dataclass
@@ -60,7 +86,9 @@ class ModelConfig:
     critic_path: str | None = (
         None  # defaults to the policy's weights (+ a zero-initialized value head)
     )
-    dtype: str = "auto"  # auto | float32 | bfloat16 | float16
+    dtype: str = (
+        "auto"  # auto (float32 weights, bf16 autocast on CUDA) | float32 | bfloat16 | float16
+    )
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     actor_lr: float = 1e-6
     critic_lr: float = 1e-5
@@ -77,28 +105,6 @@ class EnvSection:
         default_factory=dict
     )  # the env's own knobs, e.g. {dim_room: [8, 8]}
     val_config: dict[str, Any] = field(default_factory=dict)  # overrides for validation envs only
-
-
-@dataclass
-class RolloutSection:
-    env_groups: int = 8  # prompt groups (distinct initial states) per step
-    group_size: int = 16  # rollouts per initial state
-    max_turns: int = 5
-    max_actions_per_turn: int = 5
-    max_actions_per_trajectory: int = 10
-    max_new_tokens: int = 400  # per turn
-    max_model_len: int = 4096
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    think: bool = True
-    separator: str = "||"
-    format_penalty: float = -0.1
-    format_reward: float = 0.0
-    context_window: int | None = None  # None = full history; k = last k turns, one sample per turn
-    prompt_style: str = (
-        "full"  # full: env rules in the system prompt; compact: actions + format only
-    )
 
 
 @dataclass
@@ -173,7 +179,7 @@ class TrainerSection:
     tensorboard: bool = True
     wandb: bool = False
     wandb_project: str = "ragen"
-    wandb_mode: str = "offline"  # offline works without a network
+    wandb_mode: str = "offline"  # offline (works without a network) | online | disabled
     bf16: bool = True  # autocast to bf16 where the device supports it (CUDA); CPU stays float32
 
 
@@ -181,7 +187,7 @@ class TrainerSection:
 class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     env: EnvSection = field(default_factory=EnvSection)
-    rollout: RolloutSection = field(default_factory=RolloutSection)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     trainer: TrainerSection = field(default_factory=TrainerSection)
 
@@ -236,34 +242,29 @@ def _merge(base: DictConfig, other: Any, source: str) -> DictConfig:
         close = difflib.get_close_matches(key, _all_keys(base), n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise ConfigError(f"unknown config key {key!r} (from {source}).{hint}") from None
-    except ValidationError as err:
+    except (ValidationError, OmegaConfBaseException) as err:
         key = str(getattr(err, "full_key", "") or "")
-        raise ConfigError(f"bad value for {key!r} (from {source}): {err.msg}") from None
+        msg = " ".join(str(getattr(err, "msg", err)).split())
+        raise ConfigError(f"{key}: bad value (from {source}): {msg}") from None
 
 
-def _parse_override(item: str) -> tuple[str, str]:
-    if "=" not in item:
-        raise ConfigError(
-            f"override {item!r} is not KEY=VALUE; e.g. trainer.total_steps=100 or algo=starpo-s"
-        )
-    key, value = item.split("=", 1)
-    return key.strip(), value
-
-
-def load_config(overrides: list[str] | None = None) -> DictConfig:
-    """Resolve presets + overrides into a validated config (see module docstring)."""
+def load_config(overrides: list[str] | None = None) -> TrainConfig:
+    """Resolve presets + overrides into a validated :class:`TrainConfig` (see module
+    docstring); raises :class:`~ragen.errors.ConfigError`."""
     cfg: DictConfig = OmegaConf.structured(TrainConfig)
     selections: dict[str, str] = {}
     files: list[str] = []
-    dotted: list[str] = []
+    dotted: dict[str, Any] = {}
     for item in overrides or []:
-        key, value = _parse_override(item)
+        key, value = split_key_value(
+            item, "an override (e.g. trainer.total_steps=100 or algo=starpo-s)", ConfigError
+        )
         if key in ("env", "algo", "model"):
             selections[key] = value
         elif key == "config":
             files.append(value)
         else:
-            dotted.append(f"{key}={value}")
+            dotted[key] = parse_value(value)
 
     model = selections.get("model")
     if model is not None:
@@ -282,43 +283,151 @@ def load_config(overrides: list[str] | None = None) -> DictConfig:
         cfg = _apply_preset(cfg, "algo", algo)
     for path in files:
         if not Path(path).exists():
-            raise ConfigError(f"config file {path!r} does not exist")
+            raise ConfigError(f"config: file {path!r} does not exist. Fix: check the path")
         cfg = _merge(cfg, OmegaConf.load(path), path)
     if dotted:
-        try:
-            dot = OmegaConf.from_dotlist(dotted)
-        except Exception as err:  # omegaconf grammar errors
-            raise ConfigError(f"cannot parse overrides {dotted}: {err}") from None
-        cfg = _merge(cfg, dot, "command line")
-    validate(cfg)
-    return cfg
+        cfg = _merge(cfg, nest_dotted(dotted), "command line")
+    typed: TrainConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
+    validate(typed)
+    return typed
 
 
 def _fail(key: str, problem: str, fix: str) -> None:
     raise ConfigError(f"{key}: {problem}. Fix: {fix}")
 
 
-def validate(cfg: DictConfig) -> None:
-    """Reject impossible combinations early, naming the key and the fix."""
-    from ragen import algo as algo_lib
-    from ragen import envs
-    from ragen.trainer.batching import TURN_BASELINES
+def validate(cfg: TrainConfig) -> None:
+    """Reject a config that cannot run, naming the full key, the problem and the fix.
 
-    a, r, t = cfg.algo, cfg.rollout, cfg.trainer
-    if cfg.env.name not in envs.names():
+    Order: unknown values of enumerated keys, then ranges of single values (including
+    ``rollout.*`` via :meth:`RolloutConfig.validate`), then combinations, so the most
+    basic problem is the one reported.
+    """
+    _check_choices(cfg)
+    _check_ranges(cfg)
+    cfg.rollout.validate(prefix="rollout.")
+    _check_combinations(cfg)
+    t = cfg.trainer
+    if t.resume not in ("never", "auto") and not Path(t.resume).exists():
         _fail(
-            "env.name", f"unknown environment {cfg.env.name!r}", f"one of {', '.join(envs.names())}"
+            "trainer.resume",
+            f"checkpoint {t.resume!r} does not exist",
+            "use auto, never, or an existing checkpoint folder",
         )
-    try:
-        algo_lib.get_advantage_estimator(a.adv_estimator)
-    except KeyError as err:
+
+
+def _check_choices(cfg: TrainConfig) -> None:
+    """Every enumerated key, against the names its consumer accepts."""
+    from ragen import envs
+    from ragen.algo.filtering import FILTER_STRATEGIES
+    from ragen.algo.kl import KL_KINDS
+    from ragen.algo.losses import LOSS_AGG_MODES
+    from ragen.algo.normalize import GROUPINGS, METHODS
+    from ragen.algo.registry import list_advantage_estimators
+    from ragen.models.loading import DTYPE_CHOICES, check_device_spec
+    from ragen.trainer.batching import ADVANTAGE_TOKENS, REWARD_PLACEMENTS, TURN_BASELINES
+    from ragen.trainer.metrics_logger import WANDB_MODES
+
+    a = cfg.algo
+    check_choice("env.name", cfg.env.name, envs.names())
+    _check_env_keys(cfg.env)
+    check_choice("algo.adv_estimator", a.adv_estimator, list_advantage_estimators())
+    check_choice("algo.loss_agg_mode", a.loss_agg_mode, LOSS_AGG_MODES)
+    check_choice("algo.norm_method", a.norm_method, METHODS)
+    check_choice("algo.norm_grouping", a.norm_grouping, GROUPINGS)
+    check_choice("algo.kl_type", a.kl_type, KL_KINDS)
+    check_choice("algo.filter.strategy", a.filter.strategy, FILTER_STRATEGIES)
+    check_choice("algo.turn_baseline", a.turn_baseline, TURN_BASELINES)
+    check_choice("algo.advantage_tokens", a.advantage_tokens, ADVANTAGE_TOKENS)
+    check_choice("algo.reward_placement", a.reward_placement, REWARD_PLACEMENTS)
+    check_choice("model.dtype", cfg.model.dtype, DTYPE_CHOICES)
+    check_device_spec(cfg.model.device, key="model.device")
+    check_choice("trainer.wandb_mode", cfg.trainer.wandb_mode, WANDB_MODES)
+
+
+def _check_env_keys(env: EnvSection) -> None:
+    check_env_options(env.name, env.config, "env.config")
+    check_env_options(env.name, env.val_config, "env.val_config")
+
+
+def check_env_options(name: str, options: dict[str, Any], key: str = "env.config") -> None:
+    """Raise :class:`ConfigError` (naming ``<key>.<option>``) unless environment ``name``
+    accepts every option in ``options``; an unknown ``name`` raises ``UnknownEnvError``."""
+    import inspect
+
+    from ragen import envs
+
+    params = inspect.signature(envs.registry.spec(name).load_class().__init__).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+    accepted = list(envs.config_keys(name))
+    for option in options:
+        if option not in accepted:
+            close = difflib.get_close_matches(str(option), accepted, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(
+                f"{key}.{option}: environment {name!r} has no option {option!r}.{hint} "
+                f"Valid: {', '.join(accepted)}"
+            )
+
+
+def _check_ranges(cfg: TrainConfig) -> None:
+    """Single values, each on its own (positivity, intervals)."""
+    a, m, t = cfg.algo, cfg.model, cfg.trainer
+    for key, value in (
+        ("trainer.total_steps", t.total_steps),
+        ("algo.ppo_epochs", a.ppo_epochs),
+        ("algo.ppo_mini_batch_size", a.ppo_mini_batch_size),
+        ("algo.micro_token_budget", a.micro_token_budget),
+        ("trainer.val_groups", t.val_groups),
+    ):
+        if value < 1:
+            _fail(key, f"must be >= 1, got {value}", "use a positive integer")
+    for key, value in (
+        ("trainer.save_every", t.save_every),
+        ("trainer.val_every", t.val_every),
+        ("model.warmup_steps", m.warmup_steps),
+        ("model.lora.rank", m.lora.rank),
+    ):
+        if value < 0:
+            _fail(key, f"must be >= 0, got {value}", "use 0 to turn it off, or a positive integer")
+    if t.keep_last is not None and t.keep_last < 1:
+        _fail("trainer.keep_last", f"must be null or >= 1, got {t.keep_last}", "null keeps all")
+    for key, value in (("model.actor_lr", m.actor_lr), ("model.critic_lr", m.critic_lr)):
+        if value <= 0:
+            _fail(key, f"learning rate must be > 0, got {value}", "e.g. 1e-6 for a 0.5B model")
+    for key in ("gamma", "lam", "gamma_turn", "lam_turn", "gamma_token", "lam_token"):
+        value = getattr(a, key)
+        if not 0 <= value <= 1:
+            _fail(f"algo.{key}", f"must be in [0, 1], got {value}", "1.0 is no discounting")
+    for key in ("kl_coef", "entropy_coef", "clip_ratio_low", "clip_ratio_high", "value_clip"):
+        value = getattr(a, key)
+        if value < 0:
+            _fail(f"algo.{key}", f"must be >= 0, got {value}", "0 turns it off")
+    if a.clip_ratio_c <= 1:
+        _fail("algo.clip_ratio_c", "dual-clip constant must exceed 1", "use 3.0 (default)")
+    if a.filter.strategy == "top_p" and not 0 < a.filter.value <= 1:
         _fail(
-            "algo.adv_estimator",
-            str(err.args[0] if err.args else err),
-            "pick a registered estimator",
+            "algo.filter.value",
+            f"top_p keeps a fraction in (0, 1], got {a.filter.value}",
+            "e.g. 0.25 (1.0 keeps every group)",
         )
-    needs_critic = algo_lib.needs_critic(a.adv_estimator)
-    if needs_critic and not a.use_critic:
+    if a.filter.strategy == "top_k" and a.filter.value < 1:
+        _fail(
+            "algo.filter.value",
+            f"top_k keeps a number of groups >= 1, got {a.filter.value}",
+            "e.g. algo.filter.value=4",
+        )
+
+
+def _check_combinations(cfg: TrainConfig) -> None:
+    """Keys that are each valid but cannot go together."""
+    import math
+
+    from ragen.algo.registry import needs_critic
+
+    a, r = cfg.algo, cfg.rollout
+    if needs_critic(a.adv_estimator) and not a.use_critic:
         _fail(
             "algo.use_critic",
             f"estimator {a.adv_estimator!r} needs a critic (value baseline) but use_critic=false",
@@ -329,14 +438,6 @@ def validate(cfg: DictConfig) -> None:
             "algo.reward_placement",
             f"{a.adv_estimator} assigns credit per turn and needs turn rewards at turn ends",
             "set algo.reward_placement=turn (the trico preset does)",
-        )
-    if a.turn_baseline not in TURN_BASELINES:
-        _fail(
-            "algo.turn_baseline", f"unknown value {a.turn_baseline!r}", " or ".join(TURN_BASELINES)
-        )
-    if a.reward_placement not in ("trajectory", "turn"):
-        _fail(
-            "algo.reward_placement", f"unknown value {a.reward_placement!r}", "trajectory or turn"
         )
     if a.reward_placement == "turn" and r.context_window is not None:
         # a windowed sample holds one turn: per-turn credit inside it would never see the
@@ -354,8 +455,6 @@ def validate(cfg: DictConfig) -> None:
             "score normalization rescales one score per trajectory and cannot apply to per-turn rewards",
             "set algo.norm_grouping=none, or algo.reward_placement=trajectory",
         )
-    if a.norm_grouping not in ("none", "state", "batch"):
-        _fail("algo.norm_grouping", f"unknown value {a.norm_grouping!r}", "none, state or batch")
     group_based = a.adv_estimator in ("grpo", "drgrpo", "rloo") or a.norm_grouping == "state"
     if group_based and r.group_size < 2:
         _fail(
@@ -363,22 +462,8 @@ def validate(cfg: DictConfig) -> None:
             "group baselines need at least 2 rollouts per initial state",
             "set rollout.group_size>=2",
         )
-    if a.filter.strategy not in ("top_p", "top_k", "min_std"):
-        _fail(
-            "algo.filter.strategy",
-            f"unknown strategy {a.filter.strategy!r}",
-            "top_p, top_k or min_std",
-        )
     kept_groups = r.env_groups
     if a.filter.strategy == "top_p":
-        if not 0 < a.filter.value <= 1:
-            _fail(
-                "algo.filter.value",
-                f"top_p keeps a fraction in (0, 1], got {a.filter.value}",
-                "e.g. 0.25",
-            )
-        import math
-
         kept_groups = max(1, math.ceil(a.filter.value * r.env_groups))
     elif a.filter.strategy == "top_k":
         kept_groups = min(int(a.filter.value), r.env_groups)
@@ -391,39 +476,17 @@ def validate(cfg: DictConfig) -> None:
             f"set algo.ppo_mini_batch_size<={kept}, or keep more groups (algo.filter.value) / "
             "raise rollout.env_groups",
         )
-    if a.clip_ratio_c <= 1:
-        _fail("algo.clip_ratio_c", "dual-clip constant must exceed 1", "use 3.0 (default)")
-    if a.kl_type not in ("k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl"):
-        _fail("algo.kl_type", f"unknown KL estimator {a.kl_type!r}", "k1, abs, k2 or low_var_kl")
-    for key, value in (
-        ("trainer.total_steps", t.total_steps),
-        ("rollout.env_groups", r.env_groups),
-        ("rollout.group_size", r.group_size),
-        ("rollout.max_turns", r.max_turns),
-        ("algo.ppo_epochs", a.ppo_epochs),
-        ("algo.ppo_mini_batch_size", a.ppo_mini_batch_size),
-    ):
-        if value < 1:
-            _fail(key, f"must be >= 1, got {value}", "use a positive integer")
-    if r.prompt_style not in ("full", "compact"):
-        _fail("rollout.prompt_style", f"unknown style {r.prompt_style!r}", "full or compact")
-    if r.max_new_tokens >= r.max_model_len:
-        _fail(
-            "rollout.max_new_tokens",
-            "a single turn cannot exceed the model context",
-            "lower it below rollout.max_model_len",
-        )
-    if t.resume not in ("never", "auto") and not Path(t.resume).exists():
-        _fail(
-            "trainer.resume",
-            f"checkpoint {t.resume!r} does not exist",
-            "use auto, never, or an existing checkpoint folder",
-        )
 
 
-def to_yaml(cfg: DictConfig) -> str:
-    return OmegaConf.to_yaml(cfg)
+def _as_node(cfg: TrainConfig | DictConfig) -> DictConfig:
+    return cfg if isinstance(cfg, DictConfig) else OmegaConf.structured(cfg)
 
 
-def to_dict(cfg: DictConfig) -> dict[str, Any]:
-    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+def to_yaml(cfg: TrainConfig | DictConfig) -> str:
+    """The config as YAML (what ``--print-config`` prints and a run saves)."""
+    return OmegaConf.to_yaml(_as_node(cfg))
+
+
+def to_dict(cfg: TrainConfig | DictConfig) -> dict[str, Any]:
+    """The config as plain nested dicts and lists (JSON-ready)."""
+    return OmegaConf.to_container(_as_node(cfg), resolve=True)  # type: ignore[return-value]

@@ -352,6 +352,7 @@ def _open_tensorboard(run_dir: Path, start_step: int, config: Mapping | None):
     return writer
 
 
+WANDB_MODES = ("offline", "online", "disabled")  # the W&B "mode" setting
 _WANDB_KEYS = {"project", "name", "mode", "entity", "group", "tags", "notes"}
 
 
@@ -363,7 +364,7 @@ def _import_wandb(spec: Mapping[str, Any]):
             f"unknown W&B setting(s) {sorted(unknown)}; allowed: {sorted(_WANDB_KEYS)}"
         )
     mode = spec.get("mode", "offline")
-    if mode not in ("offline", "online", "disabled"):
+    if mode not in WANDB_MODES:
         raise ValueError(f"W&B mode must be 'offline', 'online' or 'disabled', got {mode!r}")
     if mode == "disabled":
         return None

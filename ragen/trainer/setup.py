@@ -1,65 +1,26 @@
-"""Build what a run needs from its config: device, dtype, actor, critic, reference, optimizers.
+"""Build what a run needs from its config: LoRA adapters, optimizers, schedulers.
 
-Kept apart from the loop so that ``starpo.py`` reads as the algorithm.
+Kept apart from the loop so that ``starpo.py`` reads as the algorithm. Model names,
+devices and dtypes are resolved by :mod:`ragen.models.loading`.
 """
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from omegaconf import DictConfig
 
-TINY_PREFIX = "tiny"
-
-
-def cache_dir() -> Path:
-    """Where auto-built tiny models and fetched files live (``$RAGEN_CACHE``)."""
-    return Path(os.environ.get("RAGEN_CACHE", Path.home() / ".cache" / "ragen"))
+if TYPE_CHECKING:
+    from .config import LoraConfig
 
 
-def resolve_model_path(path: str, seed: int = 0) -> str:
-    """``tiny`` / ``tiny:SIZE`` -> a tiny model folder built offline on first use;
-    ``~`` is expanded; anything else (folder, .gguf file, hub id) passes through."""
-    if path == TINY_PREFIX or path.startswith(TINY_PREFIX + ":"):
-        from ragen.models.tiny import create_tiny
+def apply_lora(model: torch.nn.Module, lora_cfg: LoraConfig) -> torch.nn.Module:
+    """Wrap ``model`` with PEFT LoRA adapters (``model.lora.*``); only the adapters stay
+    trainable."""
+    from peft import LoraConfig as PeftLoraConfig
+    from peft import get_peft_model
 
-        size = path.split(":", 1)[1] if ":" in path else "micro"
-        out = cache_dir() / "models" / f"tiny-{size}-seed{seed}"
-        if not (out / "config.json").exists():
-            create_tiny(out, size=size, seed=seed)
-        return str(out)
-    return os.path.expanduser(path)
-
-
-def pick_device(spec: str) -> torch.device:
-    if spec == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(spec)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(
-            f"model.device={spec} but CUDA is not available; use model.device=cpu or auto"
-        )
-    return device
-
-
-def pick_dtype(spec: str, device: torch.device) -> torch.dtype:
-    """Training weights stay float32 unless asked; bf16 compute comes from autocast."""
-    if spec == "auto":
-        return torch.float32
-    names = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-    if spec not in names:
-        raise ValueError(f"model.dtype={spec!r}: use auto, float32, bfloat16 or float16")
-    return names[spec]
-
-
-def apply_lora(model: torch.nn.Module, lora_cfg: DictConfig) -> torch.nn.Module:
-    """Wrap ``model`` with PEFT LoRA adapters; only the adapters stay trainable."""
-    from peft import LoraConfig, get_peft_model
-
-    config = LoraConfig(
+    config = PeftLoraConfig(
         r=int(lora_cfg.rank),
         lora_alpha=int(lora_cfg.alpha),
         lora_dropout=float(lora_cfg.dropout),
@@ -72,7 +33,7 @@ def apply_lora(model: torch.nn.Module, lora_cfg: DictConfig) -> torch.nn.Module:
 def make_optimizer(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.Optimizer:
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
-        raise ValueError("the model has no trainable parameters")
+        raise ValueError("the model has no trainable parameters")  # a bug, not a user error
     return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=(0.9, 0.999), eps=1e-8)
 
 

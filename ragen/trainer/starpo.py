@@ -19,6 +19,7 @@ chosen). Only positions with ``response_mask == 1`` (sampled ids) are trained.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import random
 import time
@@ -30,7 +31,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import DictConfig
 
 from ragen import algo
 from ragen.agent.trajectory import Trajectory
@@ -46,7 +46,7 @@ from .batching import (
     padding_fraction,
     place_rewards,
 )
-from .config import to_dict, to_yaml
+from .config import TrainConfig, to_dict, to_yaml
 
 
 def seed_everything(seed: int) -> None:
@@ -98,15 +98,17 @@ def token_values(
 class StarPOTrainer:
     """Multi-turn PPO/GRPO/TRICO trainer. ``StarPOTrainer(cfg).train()`` runs a whole job."""
 
-    def __init__(self, cfg: DictConfig):
+    def __init__(self, cfg: TrainConfig):
         self.cfg = cfg
         t = cfg.trainer
         seed_everything(t.seed)
         self.run_name = t.run_name or f"{cfg.env.name}-{cfg.algo.name}"
         self.run_dir = Path(t.run_dir or Path("runs") / self.run_name)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.device = setup.pick_device(cfg.model.device)
-        self.dtype = setup.pick_dtype(cfg.model.dtype, self.device)
+        from ragen.models.loading import pick_device, pick_dtype
+
+        self.device = pick_device(cfg.model.device, key="model.device")
+        self.dtype = pick_dtype(self.device, cfg.model.dtype, training=True)
         self.autocast = (
             torch.autocast("cuda", dtype=torch.bfloat16)
             if t.bf16 and self.device.type == "cuda" and torch.cuda.is_bf16_supported()
@@ -138,10 +140,11 @@ class StarPOTrainer:
     # -- construction ----------------------------------------------------------------
     def _build_models(self) -> None:
         from ragen.models import load_policy
+        from ragen.models.loading import resolve_model
         from ragen.models.value import create_critic
 
         m = self.cfg.model
-        path = setup.resolve_model_path(m.path, seed=0)
+        path = resolve_model(m.path, seed=0)
         self.model_path = path
         actor, tokenizer = load_policy(path, device=str(self.device), dtype=self.dtype)
         self.tokenizer = tokenizer
@@ -177,7 +180,6 @@ class StarPOTrainer:
     def _build_rollout(self) -> None:
         from ragen.agent.env_manager import EnvStateManager
         from ragen.agent.policies import ModelPolicy
-        from ragen.agent.rollout import RolloutConfig
         from ragen.engines.hf import HFEngine
 
         c, r = self.cfg, self.cfg.rollout
@@ -199,22 +201,7 @@ class StarPOTrainer:
         # The engine wraps the training model itself: generation always sees the latest weights.
         self.engine = HFEngine(self.actor, self.tokenizer)
         self.policy = ModelPolicy(self.engine, self.tokenizer)
-        self.rollout_cfg = RolloutConfig(
-            max_turns=r.max_turns,
-            max_actions_per_turn=r.max_actions_per_turn,
-            max_actions_per_trajectory=r.max_actions_per_trajectory,
-            max_new_tokens=r.max_new_tokens,
-            max_model_len=r.max_model_len,
-            think=r.think,
-            separator=r.separator,
-            format_penalty=r.format_penalty,
-            format_reward=r.format_reward,
-            context_window=r.context_window,
-            prompt_style=r.prompt_style,
-            temperature=r.temperature,
-            top_p=r.top_p,
-            top_k=r.top_k,
-        )
+        self.rollout_cfg = r  # per rollout: a copy with its temperature and seed
 
     def _maybe_resume(self) -> int:
         resume = self.cfg.trainer.resume
@@ -298,9 +285,7 @@ class StarPOTrainer:
     def rollout(self, manager, seeds: list[int], temperature: float, sample_seed: int):
         from ragen.agent.rollout import run_rollout
 
-        cfg = copy.copy(self.rollout_cfg)
-        cfg.temperature = temperature
-        cfg.seed = sample_seed
+        cfg = dataclasses.replace(self.rollout_cfg, temperature=temperature, seed=sample_seed)
         return run_rollout(self.policy, manager, cfg, seeds)
 
     def train_step(self, step: int) -> dict[str, float]:
@@ -635,6 +620,6 @@ class StarPOTrainer:
         return out
 
 
-def train(cfg: DictConfig) -> list[dict[str, float]]:
+def train(cfg: TrainConfig) -> list[dict[str, float]]:
     """Run a whole training job from a resolved config."""
     return StarPOTrainer(cfg).train()
