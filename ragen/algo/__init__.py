@@ -42,6 +42,7 @@ from ragen.algo.kl import KL_KINDS, apply_kl_to_rewards, kl_loss, kl_penalty
 from ragen.algo.logits import entropy_from_logits, logprobs_from_logits
 from ragen.algo.losses import (
     LOSS_AGG_MODES,
+    agg_denominator,
     agg_loss,
     explained_variance,
     ppo_policy_loss,
@@ -88,6 +89,7 @@ __all__ = [
     "group_stats",
     # losses
     "LOSS_AGG_MODES",
+    "agg_denominator",
     "agg_loss",
     "ppo_policy_loss",
     "value_loss",
