@@ -43,6 +43,20 @@ def test_builtin_names_and_needs():
     assert [n for n in BUILTINS if needs_index(n)] == ["drgrpo", "grpo", "rloo"]
 
 
+def test_optional_data_args_go_only_to_estimators_that_declare_them():
+    takes_bootstrap = [
+        n for n in BUILTINS if "bootstrap_value" in get_advantage_estimator(n).data_params
+    ]
+    assert takes_bootstrap == ["bi_level_gae", "gae", "masked_gae", "turn_gae"]
+    takes_adv_mask = [
+        n for n in BUILTINS if "advantage_mask" in get_advantage_estimator(n).data_params
+    ]
+    assert takes_adv_mask == ["masked_gae"]
+    for name in BUILTINS:  # data, never hyper-parameters
+        est = get_advantage_estimator(name)
+        assert not {"bootstrap_value", "advantage_mask"} & set(est.hyper_params)
+
+
 def test_unknown_name_lists_available():
     with pytest.raises(KeyError, match="available: bi_level_gae"):
         get_advantage_estimator("ppo")
@@ -58,6 +72,8 @@ def test_every_builtin_runs_with_one_shared_call():
         values=torch.randn(4, 6, generator=gen),
         index=[0, 0, 1, 1],
         turn_end_mask=torch.tensor([[0, 0, 1, 0, 0, 1]] * 4),
+        bootstrap_value=torch.zeros(4),
+        advantage_mask=mask,
     )
     # One config dict for all estimators; each takes only what it declares.
     hyper = dict(gamma=0.99, lam=0.95, gamma_turn=0.9, lam_turn=1.0, gamma_token=1.0,
