@@ -37,7 +37,7 @@ from ragen.algo.advantages import (
     sequence_scores,
 )
 from ragen.algo.filtering import FILTER_STRATEGIES, filter_groups
-from ragen.algo.groups import as_group_ids, group_stats
+from ragen.algo.groups import as_group_ids, group_reward_std, group_stats
 from ragen.algo.kl import KL_KINDS, apply_kl_to_rewards, kl_loss, kl_penalty
 from ragen.algo.logits import entropy_from_logits, logprobs_from_logits
 from ragen.algo.losses import (
@@ -87,6 +87,7 @@ __all__ = [
     "FILTER_STRATEGIES",
     "as_group_ids",
     "group_stats",
+    "group_reward_std",
     # losses
     "LOSS_AGG_MODES",
     "agg_denominator",
