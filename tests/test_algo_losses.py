@@ -14,7 +14,6 @@ from ragen.algo import (
     agg_loss,
     apply_kl_to_rewards,
     explained_variance,
-    kl_loss,
     kl_penalty,
     ppo_policy_loss,
     value_loss,
@@ -309,18 +308,19 @@ def test_kl_penalty_kinds_hand_computed():
         kl_penalty(log_prob, ref, "k4")
 
 
-def test_apply_kl_to_rewards_and_kl_loss():
+def test_apply_kl_to_rewards_and_kl_as_a_loss():
     rewards = torch.tensor([[0.0, 0.0, 1.0]])
     kl = torch.tensor([[0.5, 0.2, 0.1]])
     out = apply_kl_to_rewards(rewards, kl, torch.tensor([[0, 1, 1]]), coef=0.1)
     torch.testing.assert_close(out, torch.tensor([[0.0, -0.02, 0.99]]))
     log_prob = torch.tensor([[-1.0, -2.0]], requires_grad=True)
     ref = torch.tensor([[-1.5, -2.0]])
-    loss = kl_loss(log_prob, ref, torch.ones(1, 2), kind="k1")
+    # as a loss term: aggregated like the policy loss (the trainer's composition)
+    loss = agg_loss(kl_penalty(log_prob, ref, "k1"), torch.ones(1, 2))
     assert loss.item() == pytest.approx(0.25)
     loss.backward()
     assert log_prob.grad[0].tolist() == pytest.approx([0.5, 0.5])
     log_prob.grad = None
-    kl_loss(log_prob, ref, torch.ones(1, 2), kind="low_var_kl").backward()
+    agg_loss(kl_penalty(log_prob, ref, "low_var_kl"), torch.ones(1, 2)).backward()
     # d/dlogp of exp(-d) + d - 1 is 1 - exp(-d): 1 - e^-0.5 for token 0, 0 at d = 0
     assert log_prob.grad[0].tolist() == pytest.approx([(1 - math.exp(-0.5)) / 2, 0.0], rel=1e-5)

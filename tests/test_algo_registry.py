@@ -13,8 +13,6 @@ from ragen.algo import (
     get_advantage_estimator,
     list_advantage_estimators,
     needs_critic,
-    needs_index,
-    needs_turn_ends,
     register_advantage_estimator,
 )
 from ragen.algo import registry as registry_module
@@ -39,8 +37,9 @@ def test_builtin_names_and_needs():
         "masked_gae",
         "turn_gae",
     ]
-    assert [n for n in BUILTINS if needs_turn_ends(n)] == ["bi_level_gae", "turn_gae"]
-    assert [n for n in BUILTINS if needs_index(n)] == ["drgrpo", "grpo", "rloo"]
+    estimators = [get_advantage_estimator(n) for n in BUILTINS]
+    assert [e.name for e in estimators if e.needs_turn_ends] == ["bi_level_gae", "turn_gae"]
+    assert [e.name for e in estimators if e.needs_index] == ["drgrpo", "grpo", "rloo"]
 
 
 def test_optional_data_args_go_only_to_estimators_that_declare_them():

@@ -43,8 +43,6 @@ __all__ = [
     "get_advantage_estimator",
     "list_advantage_estimators",
     "needs_critic",
-    "needs_turn_ends",
-    "needs_index",
 ]
 
 # The standard inputs a trainer has; everything else an estimator takes is a hyper-parameter.
@@ -201,13 +199,3 @@ def list_advantage_estimators() -> list[str]:
 def needs_critic(name: str) -> bool:
     """Whether estimator ``name`` needs value predictions (a critic)."""
     return get_advantage_estimator(name).needs_critic
-
-
-def needs_turn_ends(name: str) -> bool:
-    """Whether estimator ``name`` needs ``turn_end_mask``."""
-    return get_advantage_estimator(name).needs_turn_ends
-
-
-def needs_index(name: str) -> bool:
-    """Whether estimator ``name`` needs group ids (``index``)."""
-    return get_advantage_estimator(name).needs_index
