@@ -411,3 +411,16 @@ def test_masked_gae_over_response_and_turn_close_ids():
     assert (adv2 != adv)[(turn_of < 2) & (response == 1)].all()
     torch.testing.assert_close(adv2[turn_of == 2], adv[turn_of == 2])
     torch.testing.assert_close(compute_gae(rewards, v2, response, 0.95, 0.9)[0], plain)
+
+
+def test_template_that_cannot_end_on_an_assistant_message_marks_nothing():
+    template = (
+        "{% if messages[-1]['role'] == 'assistant' %}{{ raise_exception('no prefill') }}"
+        "{% endif %}" + NO_SYSTEM_TEMPLATE.replace("{% if m['role'] == 'system' %}"
+        "{{ raise_exception('System role not supported') }}{% endif %}", "")
+    )  # fmt: skip
+    fmt = ChatFormat(tiny_tokenizer("chatml"), chat_template=template)
+    assert fmt.turn_close == ""
+    ctx, *_ = _play(fmt, n_turns=2, eos=False)
+    (s,) = ctx.samples()
+    assert s.exact and s.turn_close_mask == [0] * len(s.input_ids)

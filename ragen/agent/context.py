@@ -175,17 +175,21 @@ class ChatFormat:
         return count
 
     def _detect_turn_close(self) -> str:
-        """The text the template writes after an assistant message (before the next one)."""
-        text = self.render(
-            [
-                {"role": "system", "content": "probe system"},
-                {"role": "user", "content": _DUMMY_USER},
-                {"role": "assistant", "content": _MARK},
-            ],
-            add_generation_prompt=False,
-        )
+        """The text the template writes after an assistant message (before the next one);
+        "" when it cannot be found (then no id is marked as closing a turn)."""
+        try:
+            text = self.render(
+                [
+                    {"role": "system", "content": "probe system"},
+                    {"role": "user", "content": _DUMMY_USER},
+                    {"role": "assistant", "content": _MARK},
+                ],
+                add_generation_prompt=False,
+            )
+        except Exception:  # a template that refuses to end on an assistant message
+            return ""
         # A template that does not render assistant content verbatim has no findable end
-        # of turn; such a template fails in fixed_prefix_glue anyway.
+        # of turn either (it fails in fixed_prefix_glue anyway).
         return text.split(_MARK, 1)[1] if text.count(_MARK) == 1 else ""
 
     def _detect_system_in_user(self) -> bool:
