@@ -549,10 +549,15 @@ def test_bootstrap_value_shape_is_checked():
 def test_gae_family_on_cuda_matches_cpu():
     gen = torch.Generator().manual_seed(8)
     rewards, values, mask, ends = random_multi_turn_batch(gen, batch=16)
-    cpu = compute_bi_level_gae(rewards, values, mask, ends, 0.95, 1.0, 1.0, 1.0)
+    boot = torch.randn(16, generator=gen, dtype=torch.float64)
+    cpu = compute_bi_level_gae(rewards, values, mask, ends, 0.95, 1.0, 1.0, 1.0, boot)
     gpu = compute_bi_level_gae(
-        rewards.cuda(), values.cuda(), mask.cuda(), ends.cuda(), 0.95, 1.0, 1.0, 1.0
+        rewards.cuda(), values.cuda(), mask.cuda(), ends.cuda(), 0.95, 1.0, 1.0, 1.0, boot.cuda()
     )
+    for a, b in zip(cpu, gpu):
+        torch.testing.assert_close(a, b.cpu())
+    cpu = compute_gae(rewards, values, mask, 0.9, 0.8, boot)
+    gpu = compute_gae(rewards.cuda(), values.cuda(), mask.cuda(), 0.9, 0.8, boot.cuda())
     for a, b in zip(cpu, gpu):
         torch.testing.assert_close(a, b.cpu())
     cpu = compute_gae(rewards.bfloat16(), values.bfloat16(), mask, 0.99, 0.95)
