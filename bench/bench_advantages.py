@@ -110,6 +110,7 @@ def main(argv=None) -> int:
 
     rewards, values, mask, ends = make_batch(args.batch, args.seq, args.turns)
     index = torch.arange(args.batch) // 16
+    boot = torch.randn(args.batch, generator=torch.Generator().manual_seed(1))
     print(
         f"batch {args.batch} x seq {args.seq}, {args.turns} turns, "
         f"{int(mask.sum()) / args.batch:.0f} response tokens/row; {args.repeats} runs each (ms)"
@@ -117,6 +118,10 @@ def main(argv=None) -> int:
     default_threads = torch.get_num_threads()
     rows = [
         ("compute_gae", lambda: compute_gae(rewards, values, mask, 0.99, 0.95)),
+        (
+            "compute_gae (bootstrap_value)",
+            lambda: compute_gae(rewards, values, mask, 0.99, 0.95, bootstrap_value=boot),
+        ),
         (
             "compute_bi_level_gae",
             lambda: compute_bi_level_gae(rewards, values, mask, ends, 0.95, 1.0, 0.99, 0.95),

@@ -258,3 +258,169 @@ def test_cancel_prompt_restores_the_sequence():
         ctx.add_response(r)
     with pytest.raises(ValueError, match="window"):
         ContextManager(fmt, "sys", window=-1)
+
+
+# --------------------------------------------------------------------------- turn-close ids
+
+CLOSE_TEXT = {  # what each template writes after an assistant message
+    "chatml": "<|im_end|>\n",
+    "llama3": "<|eot_id|>",
+    "hand": "<|endoftext|>\n\n",
+    "plain": "\n\n",
+    "think_dropping": "<|im_end|>\n",
+    "counting": "<|im_end|>\n",
+    "no_system": "<|im_end|>\n",
+}
+
+
+def _close_formats():
+    formats = _formats()
+    chatml = tiny_tokenizer("chatml")
+    plain = copy.deepcopy(chatml)
+    plain.chat_template = None
+    formats["plain"] = ChatFormat(plain)
+    formats["think_dropping"] = ChatFormat(chatml, chat_template=THINK_DROPPING_TEMPLATE)
+    formats["counting"] = ChatFormat(chatml, chat_template=COUNTING_TEMPLATE)
+    formats["no_system"] = ChatFormat(chatml, chat_template=NO_SYSTEM_TEMPLATE)
+    return formats
+
+
+def _runs(mask):
+    """(start, end) of each maximal run of ones."""
+    runs, start = [], None
+    for i, m in enumerate([*mask, 0]):
+        if m and start is None:
+            start = i
+        elif not m and start is not None:
+            runs.append((start, i))
+            start = None
+    return runs
+
+
+@pytest.mark.parametrize("name", list(CLOSE_TEXT))
+@pytest.mark.parametrize("eos", [True, False])
+def test_turn_close_mask_covers_exactly_the_end_of_turn_text(name, eos):
+    fmt = _close_formats()[name]
+    assert fmt.turn_close == CLOSE_TEXT[name]
+    ctx, prompts, sampled, users = _play(fmt, n_turns=4, eos=eos)
+    (s,) = ctx.samples()
+    ids, close = s.input_ids, s.turn_close_mask
+    assert len(close) == len(ids)
+    assert not any(c and m for c, m in zip(close, s.response_mask))  # never a sampled id
+    runs = _runs(close)
+    k = 0
+    for t in range(3):  # the last turn is followed by no glue
+        ended_by_eos = sampled[t][-1] in fmt.eos_ids
+        expected = fmt.turn_close
+        if ended_by_eos and expected.startswith(fmt.decode(sampled[t][-1:])):
+            expected = expected[len(fmt.decode(sampled[t][-1:])) :]  # the EOS closed it
+        if not expected:  # e.g. llama3: a sampled <|eot_id|> is the whole end of turn
+            continue
+        start, end = runs[k]
+        k += 1
+        assert start == s.turn_ends[t] + 1  # right after the turn's last sampled id
+        assert fmt.decode(ids[start:end]) == expected  # exactly the end-of-turn text
+        # the next user message follows the closing ids
+        assert users[t + 1] in fmt.decode(ids[end : len(prompts[t + 1])])
+        assert users[t + 1] not in fmt.decode(ids[start:end])
+    assert k == len(runs)  # nothing else is marked
+    if name == "chatml" and eos:  # turns 0 and 2 sampled <|im_end|>: only "\n" is left
+        assert [fmt.decode(ids[a:b]) for a, b in runs] == ["\n", "<|im_end|>\n", "\n"]
+
+
+def test_turn_close_mask_after_a_foreign_eos_and_after_cancel():
+    fmt = ChatFormat(tiny_tokenizer("chatml"))
+    tok = fmt.tokenizer
+    eot = tok.convert_tokens_to_ids("<|endoftext|>")
+    ctx = ContextManager(fmt, "sys")
+    ctx.next_prompt("Turn 1")
+    r0 = tok.encode("<answer>left</answer>", add_special_tokens=False) + [eot]
+    ctx.add_response(r0, ended_by_eos=True)
+    before = ctx.samples()[0]
+    assert before.turn_close_mask == [0] * len(before.input_ids)
+    ctx.next_prompt("Turn 2 " * 5)
+    ctx.cancel_prompt()  # restores the mask with the ids
+    assert ctx.samples()[0].turn_close_mask == before.turn_close_mask
+    ctx.next_prompt("Turn 2")
+    ctx.add_response(fmt.encode("<answer>right</answer>"))
+    (s,) = ctx.samples()
+    (start, end), = _runs(s.turn_close_mask)  # fmt: skip
+    # <|endoftext|> is not the template's end of turn: the whole <|im_end|>\n follows it
+    assert start == s.turn_ends[0] + 1 and s.input_ids[start - 1] == eot
+    assert fmt.decode(s.input_ids[start:end]) == "<|im_end|>\n"
+
+
+def test_turn_close_mask_of_window_samples_and_trajectories():
+    from ragen.agent.rollout import _trajectory
+
+    fmt = _formats()["chatml"]
+    ctx, *_ = _play(fmt, n_turns=3, window=1)
+    for s in ctx.samples():  # context turns are prompt; the trained turn ends the sample
+        assert s.turn_close_mask == [0] * len(s.input_ids)
+    ctx, *_ = _play(fmt, n_turns=3)
+    (s,) = ctx.samples()
+    tr = _trajectory(s, [0.0, 0.0, 1.0], {})
+    assert tr.turn_close_mask == s.turn_close_mask and sum(tr.turn_close_mask) > 0
+    assert "turn_close_mask" not in tr.to_json()
+    assert tr.to_json(with_ids=True)["turn_close_mask"] == s.turn_close_mask
+
+
+def test_masked_gae_over_response_and_turn_close_ids():
+    """M_adv = response | turn_close on a real sample: the closing ids' values join the
+    recursion, which changes the advantages of exactly the turns they close."""
+    import torch
+
+    from ragen.algo import compute_gae, compute_masked_gae
+
+    fmt = _formats()["chatml"]
+    ctx, *_ = _play(fmt, n_turns=3, eos=False)
+    (s,) = ctx.samples()
+    response = torch.tensor([s.response_mask])
+    close = torch.tensor([s.turn_close_mask])
+    assert close.sum() == 2 * 2  # "<|im_end|>" and "\n" after turns 0 and 1
+    gen = torch.Generator().manual_seed(0)
+    values = torch.randn(response.shape, generator=gen, dtype=torch.float64)
+    rewards = torch.zeros(response.shape, dtype=torch.float64)
+    rewards[0, s.turn_ends] = torch.tensor([0.1, -0.2, 1.0], dtype=torch.float64)
+    adv_mask = response | close
+
+    def masked(v):
+        return compute_masked_gae(rewards, v, response, 0.95, 0.9, advantage_mask=adv_mask)
+
+    adv, ret = masked(values)
+    plain, _ = compute_gae(rewards, values, response, 0.95, 0.9)
+    # by definition: GAE over M_adv, advantages kept on the response ids only
+    expected = compute_gae(rewards, values, adv_mask, 0.95, 0.9)[0] * response
+    torch.testing.assert_close(adv, expected)
+    assert (adv[response == 0] == 0).all()  # closing ids and prompts get no advantage
+    assert (ret[close == 1] != 0).all()  # ...but value targets
+    turn_of = torch.zeros(response.shape, dtype=torch.long)
+    for end in s.turn_ends[:-1]:
+        turn_of[0, end + 1 :] += 1
+    changed = adv != plain
+    for t in range(3):
+        in_turn = (turn_of == t) & (response == 1)
+        if t < 2:  # followed by closing ids: every advantage of the turn moves
+            assert changed[in_turn].all()
+        else:  # the last turn is followed by nothing: unchanged
+            assert not changed[in_turn].any()
+    # the values at the closing ids are what moved them
+    v2 = values.clone()
+    v2[close == 1] += 1.0
+    adv2, _ = masked(v2)
+    assert (adv2 != adv)[(turn_of < 2) & (response == 1)].all()
+    torch.testing.assert_close(adv2[turn_of == 2], adv[turn_of == 2])
+    torch.testing.assert_close(compute_gae(rewards, v2, response, 0.95, 0.9)[0], plain)
+
+
+def test_template_that_cannot_end_on_an_assistant_message_marks_nothing():
+    template = (
+        "{% if messages[-1]['role'] == 'assistant' %}{{ raise_exception('no prefill') }}"
+        "{% endif %}" + NO_SYSTEM_TEMPLATE.replace("{% if m['role'] == 'system' %}"
+        "{{ raise_exception('System role not supported') }}{% endif %}", "")
+    )  # fmt: skip
+    fmt = ChatFormat(tiny_tokenizer("chatml"), chat_template=template)
+    assert fmt.turn_close == ""
+    ctx, *_ = _play(fmt, n_turns=2, eos=False)
+    (s,) = ctx.samples()
+    assert s.exact and s.turn_close_mask == [0] * len(s.input_ids)

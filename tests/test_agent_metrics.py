@@ -78,3 +78,26 @@ def test_empty_and_text_only():
     text_only.input_ids, text_only.response_mask, text_only.gen_logprobs = [], [], []
     m = rollout_metrics([text_only])
     assert "response_length" not in m and m["success_rate"] == 1.0
+
+
+def test_group_reward_std_is_the_filters_statistic_over_episodes():
+    """Windowed episodes (one sample per turn): the metric counts each episode once, and
+    equals the mean of the std the StarPO-S filter ranks groups by."""
+    from ragen.algo import filter_groups
+
+    trajs = [
+        *[_traj(0, 0, 1.0, True, turns=4, tokens=(2,), turn_index=k) for k in range(4)],
+        _traj(0, 1, 0.0, False, turns=1, tokens=(2,)),
+        *[_traj(1, 2, 1.0, True, turns=2, tokens=(2,), turn_index=k) for k in range(2)],
+        *[_traj(1, 3, -1.0, False, turns=2, tokens=(2,), turn_index=k) for k in range(2)],
+    ]
+    m = rollout_metrics(trajs)
+    assert m["group_reward_std"] == pytest.approx((0.5 + 1.0) / 2)  # population std
+    _, filter_metrics = filter_groups(
+        [t.episode_reward for t in trajs],
+        [t.group_id for t in trajs],
+        "top_p",
+        1.0,
+        episode_ids=[t.episode_id for t in trajs],
+    )
+    assert filter_metrics["std_mean_before"] == pytest.approx(m["group_reward_std"])

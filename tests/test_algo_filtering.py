@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
-from ragen.algo import filter_groups
+from ragen.algo import filter_groups, group_reward_std
 
-# groups (first appearance order): g0 std 0, g1 std .707, g2 std 1.414, g3 std 0, g4 std .707
+# groups (first appearance order), population std: g0 0, g1 0.5, g2 1, g3 0, g4 0.5
 SCORES = torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 2.0, 5.0, 5.0, 0.0, 1.0])
 INDEX = ["g0", "g0", "g0", "g1", "g1", "g2", "g2", "g3", "g3", "g4", "g4"]
 SAMPLE_GROUP = [0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
@@ -29,7 +27,8 @@ def kept_groups(mask):
         ("top_k", 4, True, [0, 1, 2, 4]),  # g0 beats g3 (tie at 0, earlier)
         ("top_k", 4, False, [1, 2, 4]),
         ("top_k", 99, True, [0, 1, 2, 3, 4]),
-        ("min_std", 0.7, True, [1, 2, 4]),
+        ("min_std", 0.5, True, [1, 2, 4]),
+        ("min_std", 0.6, True, [2]),
         ("min_std", 0.0, False, [1, 2, 4]),
         ("min_std", 2.0, True, []),
     ],
@@ -43,7 +42,7 @@ def test_filter_keeps_expected_groups(strategy, value, include_zero, expected):
 
 def test_filter_metrics():
     mask, metrics = filter_groups(SCORES, INDEX, "top_p", 0.25)
-    s = math.sqrt(0.5)
+    s = 0.5
     assert metrics["std_mean_before"] == pytest.approx((0 + s + 2 * s + 0 + s) / 5)
     assert metrics["std_max_before"] == pytest.approx(2 * s)
     assert metrics["std_mean_after"] == pytest.approx(1.5 * s)
@@ -77,3 +76,41 @@ def test_filter_validation():
         filter_groups(SCORES, INDEX, "bottom_p", 0.5)
     with pytest.raises(ValueError, match="11 samples"):
         filter_groups(SCORES, INDEX[:3], "top_p", 0.5)
+
+
+# A windowed batch: every turn of an episode is its own sample with the same episode
+# score. Group 0: episode 10 (score 1, 4 turns) and episode 11 (score 0, 1 turn);
+# group 1: episodes 12, 13 (scores 1, 0, 2 turns each); group 2: episodes 14 and 15 with
+# equal scores (std 0).
+WINDOWED = dict(
+    scores=[1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 3.0, 3.0, 3.0],
+    index=[0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2],
+    episode_ids=[10, 10, 10, 10, 11, 12, 12, 13, 13, 14, 15, 15],
+)
+
+
+def test_filter_ranks_groups_by_the_std_over_episodes():
+    w = WINDOWED
+    # over samples, group 0 (1, 1, 1, 1, 0) looks less spread than group 1 (1, 1, 0, 0)
+    by_sample = group_reward_std(w["scores"], w["index"])
+    assert by_sample[0] == pytest.approx(0.4) and by_sample[1] == pytest.approx(0.5)
+    # over episodes both are one success and one failure: std 0.5 each
+    by_episode = group_reward_std(w["scores"], w["index"], w["episode_ids"])
+    assert by_episode.tolist() == pytest.approx([0.5, 0.5, 0.0])
+    # so the filter keeps group 0 (tie, earlier) where the per-sample std would keep group 1
+    keep, metrics = filter_groups(w["scores"], w["index"], "top_k", 1, episode_ids=w["episode_ids"])
+    assert keep.tolist() == [True] * 5 + [False] * 7
+    assert metrics["std_mean_before"] == pytest.approx(1 / 3)
+    keep_by_sample, _ = filter_groups(w["scores"], w["index"], "top_k", 1)
+    assert keep_by_sample.tolist() == [False] * 5 + [True] * 4 + [False] * 3
+    # episode ids are told apart within their group: reusing an id across groups is fine
+    reused = [0, 0, 0, 0, 1, 0, 0, 1, 1, 0, 1, 1]
+    assert group_reward_std(w["scores"], w["index"], reused).tolist() == by_episode.tolist()
+
+
+def test_group_reward_std_definition_and_errors():
+    # population std: half 0 / half 1 is 0.5 at any group size; a group of one has std 0
+    std = group_reward_std([0.0, 1.0, 0.0, 0.0, 1.0, 1.0, 7.0], [0, 0, 1, 1, 1, 1, 2])
+    assert std.tolist() == pytest.approx([0.5, 0.5, 0.0])
+    with pytest.raises(ValueError, match="episode_reward"):
+        group_reward_std([1.0, 0.0], [0, 0], episode_ids=[3, 3])

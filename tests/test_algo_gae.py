@@ -16,19 +16,25 @@ from ragen.algo import (
     compute_gae,
     compute_masked_gae,
     compute_turn_gae,
+    get_advantage_estimator,
 )
 
 # --------------------------------------------------------------------------- references
 
 
-def reference_gae(rewards, values, mask, gamma, lam):
-    """Per-sample loop: GAE over the positions where mask is set, others skipped."""
+def _boot(bootstrap, b):
+    return 0.0 if bootstrap is None else float(bootstrap[b])
+
+
+def reference_gae(rewards, values, mask, gamma, lam, bootstrap=None):
+    """Per-sample loop: GAE over the positions where mask is set, others skipped; the
+    value after the last position is ``bootstrap[b]`` (0 when None)."""
     batch, seq = rewards.shape
     adv = torch.zeros(batch, seq, dtype=torch.float64)
     ret = torch.zeros(batch, seq, dtype=torch.float64)
     for b in range(batch):
         positions = [t for t in range(seq) if mask[b, t]]
-        next_value, next_adv = 0.0, 0.0
+        next_value, next_adv = _boot(bootstrap, b), 0.0
         for t in reversed(positions):
             delta = float(rewards[b, t]) + gamma * next_value - float(values[b, t])
             a = delta + gamma * lam * next_adv
@@ -51,10 +57,10 @@ def reference_turns(mask_row, end_row):
     return turns
 
 
-def reference_turn_advantages(rewards, values, turns, b, gamma_turn, lam_turn):
+def reference_turn_advantages(rewards, values, turns, b, gamma_turn, lam_turn, bootstrap=None):
     """A_k for each turn of sample b, by the turn-level recursion."""
     turn_adv = [0.0] * len(turns)
-    next_value, next_adv = 0.0, 0.0
+    next_value, next_adv = _boot(bootstrap, b), 0.0
     for k in reversed(range(len(turns))):
         turn_reward = sum(float(rewards[b, t]) for t in turns[k])
         value = float(values[b, turns[k][-1]])
@@ -65,14 +71,16 @@ def reference_turn_advantages(rewards, values, turns, b, gamma_turn, lam_turn):
 
 
 def reference_bi_level_gae(
-    rewards, values, mask, ends, gamma_turn, lam_turn, gamma_token, lam_token
+    rewards, values, mask, ends, gamma_turn, lam_turn, gamma_token, lam_token, bootstrap=None
 ):
     batch, seq = rewards.shape
     adv = torch.zeros(batch, seq, dtype=torch.float64)
     ret = torch.zeros(batch, seq, dtype=torch.float64)
     for b in range(batch):
         turns = reference_turns(mask[b], ends[b])
-        turn_adv = reference_turn_advantages(rewards, values, turns, b, gamma_turn, lam_turn)
+        turn_adv = reference_turn_advantages(
+            rewards, values, turns, b, gamma_turn, lam_turn, bootstrap
+        )
         for k, turn in enumerate(turns):
             end = turn[-1]
             adv[b, end] = turn_adv[k]
@@ -86,13 +94,15 @@ def reference_bi_level_gae(
     return adv, ret
 
 
-def reference_turn_gae(rewards, values, mask, ends, gamma_turn, lam_turn):
+def reference_turn_gae(rewards, values, mask, ends, gamma_turn, lam_turn, bootstrap=None):
     batch, seq = rewards.shape
     adv = torch.zeros(batch, seq, dtype=torch.float64)
     ret = torch.zeros(batch, seq, dtype=torch.float64)
     for b in range(batch):
         turns = reference_turns(mask[b], ends[b])
-        turn_adv = reference_turn_advantages(rewards, values, turns, b, gamma_turn, lam_turn)
+        turn_adv = reference_turn_advantages(
+            rewards, values, turns, b, gamma_turn, lam_turn, bootstrap
+        )
         for k, turn in enumerate(turns):
             for t in turn:
                 adv[b, t] = turn_adv[k]
@@ -100,8 +110,8 @@ def reference_turn_gae(rewards, values, mask, ends, gamma_turn, lam_turn):
     return adv, ret
 
 
-def reference_masked_gae(rewards, values, loss_mask, adv_mask, gamma, lam):
-    adv, ret = reference_gae(rewards, values, adv_mask, gamma, lam)
+def reference_masked_gae(rewards, values, loss_mask, adv_mask, gamma, lam, bootstrap=None):
+    adv, ret = reference_gae(rewards, values, adv_mask, gamma, lam, bootstrap)
     return adv * loss_mask.double(), ret
 
 
@@ -204,6 +214,11 @@ def test_gae_matches_loop_reference(gamma, lam):
     ref_adv, ref_ret = reference_gae(rewards, values, mask, gamma, lam)
     torch.testing.assert_close(adv, ref_adv)
     torch.testing.assert_close(ret, ref_ret)
+    boot = torch.randn(24, generator=gen, dtype=torch.float64)
+    adv, ret = compute_gae(rewards, values, mask, gamma, lam, bootstrap_value=boot)
+    ref_adv, ref_ret = reference_gae(rewards, values, mask, gamma, lam, boot)
+    torch.testing.assert_close(adv, ref_adv)
+    torch.testing.assert_close(ret, ref_ret)
 
 
 def test_gae_long_sequence_crosses_scan_blocks():
@@ -277,10 +292,16 @@ def test_masked_gae_matches_loop_reference(gamma, lam):
     gen = torch.Generator().manual_seed(5)
     rewards, values, loss_mask, _ = random_multi_turn_batch(gen, batch=16)
     adv_mask = (torch.rand(rewards.shape, generator=gen) < 0.5) | (loss_mask != 0)
-    adv, ret = compute_masked_gae(rewards, values, loss_mask, gamma, lam, advantage_mask=adv_mask)
-    ref_adv, ref_ret = reference_masked_gae(rewards, values, loss_mask, adv_mask, gamma, lam)
-    torch.testing.assert_close(adv, ref_adv)
-    torch.testing.assert_close(ret, ref_ret)
+    boot = torch.randn(16, generator=gen, dtype=torch.float64)
+    for bootstrap in (None, boot):
+        adv, ret = compute_masked_gae(
+            rewards, values, loss_mask, gamma, lam, adv_mask, bootstrap_value=bootstrap
+        )
+        ref_adv, ref_ret = reference_masked_gae(
+            rewards, values, loss_mask, adv_mask, gamma, lam, bootstrap
+        )
+        torch.testing.assert_close(adv, ref_adv)
+        torch.testing.assert_close(ret, ref_ret)
     # Without an advantage mask it is exactly compute_gae.
     same = compute_masked_gae(rewards, values, loss_mask, gamma, lam)
     for a, b in zip(same, compute_gae(rewards, values, loss_mask, gamma, lam)):
@@ -359,14 +380,18 @@ def test_bi_level_and_turn_gae_match_loop_reference(seed):
     gamma_turn, lam_turn = DISCOUNTS[seed]
     gamma_token, lam_token = DISCOUNTS[(seed + 2) % len(DISCOUNTS)]
     hyper = (gamma_turn, lam_turn, gamma_token, lam_token)
-    adv, ret = compute_bi_level_gae(rewards, values, mask, ends, *hyper)
-    ref_adv, ref_ret = reference_bi_level_gae(rewards, values, mask, ends, *hyper)
-    torch.testing.assert_close(adv, ref_adv)
-    torch.testing.assert_close(ret, ref_ret)
-    adv, ret = compute_turn_gae(rewards, values, mask, ends, gamma_turn, lam_turn)
-    ref_adv, ref_ret = reference_turn_gae(rewards, values, mask, ends, gamma_turn, lam_turn)
-    torch.testing.assert_close(adv, ref_adv)
-    torch.testing.assert_close(ret, ref_ret)
+    boot = torch.randn(20, generator=gen, dtype=torch.float64)
+    for bootstrap in (None, boot):
+        adv, ret = compute_bi_level_gae(rewards, values, mask, ends, *hyper, bootstrap)
+        ref_adv, ref_ret = reference_bi_level_gae(rewards, values, mask, ends, *hyper, bootstrap)
+        torch.testing.assert_close(adv, ref_adv)
+        torch.testing.assert_close(ret, ref_ret)
+        adv, ret = compute_turn_gae(rewards, values, mask, ends, gamma_turn, lam_turn, bootstrap)
+        ref_adv, ref_ret = reference_turn_gae(
+            rewards, values, mask, ends, gamma_turn, lam_turn, bootstrap
+        )
+        torch.testing.assert_close(adv, ref_adv)
+        torch.testing.assert_close(ret, ref_ret)
 
 
 def test_bi_level_gae_long_turns_cross_scan_blocks():
@@ -386,14 +411,153 @@ def test_bi_level_gae_rejects_turn_end_outside_response():
         compute_turn_gae(torch.zeros(1, 3), torch.zeros(1, 3), mask, mask, gamma_turn=-0.1)
 
 
+# --------------------------------------------------------------------------- bootstrapping
+
+# Row 0: two turns {1, 2} and {5, 6} with an observation gap {3, 4}; row 1: one turn
+# {2, 3, 4}; row 2: no response token. Values on skipped tokens are decoys (9.0), the
+# prompt reward 5.0 is ignored.
+BOOT = dict(
+    rewards=torch.tensor(
+        [[5.0, 0.0, 1.0, 0.0, 0.0, 0.0, 2.0, 0.0],
+         [0.0, 0.0, 0.0, 0.0, -1.0, 0.0, 0.0, 0.0],
+         [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]], dtype=torch.float64),
+    values=torch.tensor(
+        [[9.0, 0.5, 0.4, 0.6, 9.0, 0.3, 0.2, 9.0],
+         [9.0, 9.0, 0.6, 0.1, 0.8, 9.0, 9.0, 9.0],
+         [9.0, 9.0, 9.0, 9.0, 9.0, 9.0, 9.0, 9.0]], dtype=torch.float64),
+    mask=torch.tensor(
+        [[0, 1, 1, 0, 0, 1, 1, 0],
+         [0, 0, 1, 1, 1, 0, 0, 0],
+         [0, 0, 0, 0, 0, 0, 0, 0]]),
+    ends=torch.tensor(
+        [[0, 0, 1, 0, 0, 0, 1, 0],
+         [0, 0, 0, 0, 1, 0, 0, 0],
+         [0, 0, 0, 0, 0, 0, 0, 0]]),
+)  # fmt: skip
+# terminated: the value after the last token is 0; truncated: the critic's V(s_next)
+ENDS_OF_EPISODE = {"terminated": (0.0, 0.0, 0.0), "truncated": (0.7, -0.4, 5.0)}
+
+
+def _table(row0: dict, row1: dict) -> torch.Tensor:
+    out = torch.zeros(3, 8, dtype=torch.float64)
+    for b, row in enumerate((row0, row1)):
+        for t, x in row.items():
+            out[b, t] = x
+    return out
+
+
+@pytest.mark.parametrize("end", ENDS_OF_EPISODE)
+def test_gae_bootstraps_the_last_token_hand_computed(end):
+    b0, b1, b2 = ENDS_OF_EPISODE[end]
+    # gamma 0.9, lam 0.8 -> 0.72. Row 0 chain 1, 2, 5, 6 (3 and 4 skipped):
+    a6 = 2 + 0.9 * b0 - 0.2
+    a5 = (0.9 * 0.2 - 0.3) + 0.72 * a6
+    a2 = (1 + 0.9 * 0.3 - 0.4) + 0.72 * a5  # V after token 2 is V[5]: the gap is skipped
+    a1 = (0.9 * 0.4 - 0.5) + 0.72 * a2
+    # Row 1 chain 2, 3, 4:
+    c4 = -1 + 0.9 * b1 - 0.8
+    c3 = (0.9 * 0.8 - 0.1) + 0.72 * c4
+    c2 = (0.9 * 0.1 - 0.6) + 0.72 * c3
+    adv = _table({1: a1, 2: a2, 5: a5, 6: a6}, {2: c2, 3: c3, 4: c4})
+    boot = torch.tensor([b0, b1, b2], dtype=torch.float64)
+    got_adv, got_ret = compute_gae(
+        BOOT["rewards"], BOOT["values"], BOOT["mask"], 0.9, 0.8, bootstrap_value=boot
+    )
+    torch.testing.assert_close(got_adv, adv)
+    torch.testing.assert_close(got_ret, (adv + BOOT["values"]) * BOOT["mask"])
+
+
+@pytest.mark.parametrize("end", ENDS_OF_EPISODE)
+def test_masked_gae_bootstraps_the_last_advantage_token_hand_computed(end):
+    b0, b1, b2 = ENDS_OF_EPISODE[end]
+    adv_mask = BOOT["mask"].clone()
+    adv_mask[0, 3] = 1  # a turn-close token after turn 0 joins the recursion
+    # Row 0 chain 1, 2, 3, 5, 6: token 3 (r = 0, V = 0.6) sits between the turns.
+    a6 = 2 + 0.9 * b0 - 0.2
+    a5 = (0.9 * 0.2 - 0.3) + 0.72 * a6
+    a3 = (0.9 * 0.3 - 0.6) + 0.72 * a5
+    a2 = (1 + 0.9 * 0.6 - 0.4) + 0.72 * a3
+    a1 = (0.9 * 0.4 - 0.5) + 0.72 * a2
+    c4 = -1 + 0.9 * b1 - 0.8
+    c3 = (0.9 * 0.8 - 0.1) + 0.72 * c4
+    c2 = (0.9 * 0.1 - 0.6) + 0.72 * c3
+    adv = _table({1: a1, 2: a2, 3: a3, 5: a5, 6: a6}, {2: c2, 3: c3, 4: c4})
+    boot = torch.tensor([b0, b1, b2], dtype=torch.float64)
+    got_adv, got_ret = compute_masked_gae(
+        BOOT["rewards"], BOOT["values"], BOOT["mask"], 0.9, 0.8, adv_mask, boot
+    )
+    torch.testing.assert_close(got_adv, adv * BOOT["mask"])  # token 3 is not trained
+    torch.testing.assert_close(got_ret, (adv + BOOT["values"]) * adv_mask)
+
+
+@pytest.mark.parametrize("end", ENDS_OF_EPISODE)
+def test_turn_estimators_bootstrap_after_the_last_turn_hand_computed(end):
+    b0, b1, b2 = ENDS_OF_EPISODE[end]
+    # Turn level, gamma_turn 0.9, lam_turn 0.8 -> 0.72. Row 0: R = (1, 2), V = (0.4, 0.2).
+    t1 = 2 + 0.9 * b0 - 0.2
+    t0 = (1 + 0.9 * 0.2 - 0.4) + 0.72 * t1
+    u0 = -1 + 0.9 * b1 - 0.8  # row 1: one turn, R = -1, V = 0.8
+    boot = torch.tensor([b0, b1, b2], dtype=torch.float64)
+    data = (BOOT["rewards"], BOOT["values"], BOOT["mask"], BOOT["ends"])
+
+    adv, ret = compute_turn_gae(*data, 0.9, 0.8, bootstrap_value=boot)
+    torch.testing.assert_close(adv, _table({1: t0, 2: t0, 5: t1, 6: t1}, {2: u0, 3: u0, 4: u0}))
+    expected_ret = _table(
+        {1: t0 + 0.4, 2: t0 + 0.4, 5: t1 + 0.2, 6: t1 + 0.2},
+        {2: u0 + 0.8, 3: u0 + 0.8, 4: u0 + 0.8},
+    )
+    torch.testing.assert_close(ret, expected_ret)
+
+    # Token level inside each turn, gamma_token 0.95, lam_token 0.5 -> 0.475.
+    adv, ret = compute_bi_level_gae(*data, 0.9, 0.8, 0.95, 0.5, bootstrap_value=boot)
+    a1 = (0.95 * 0.4 - 0.5) + 0.475 * t0
+    a5 = (0.95 * 0.2 - 0.3) + 0.475 * t1
+    c3 = (0.95 * 0.8 - 0.1) + 0.475 * u0
+    c2 = (0.95 * 0.1 - 0.6) + 0.475 * c3
+    expected = _table({1: a1, 2: t0, 5: a5, 6: t1}, {2: c2, 3: c3, 4: u0})
+    torch.testing.assert_close(adv, expected)
+    torch.testing.assert_close(ret, (expected + BOOT["values"]) * BOOT["mask"])
+
+
+@pytest.mark.parametrize("name", ["gae", "masked_gae", "bi_level_gae", "turn_gae"])
+def test_bootstrap_none_is_zeros_exactly(name):
+    gen = torch.Generator().manual_seed(9)
+    rewards, values, mask, ends = random_multi_turn_batch(gen, batch=12)
+    est = get_advantage_estimator(name)
+    data = dict(token_level_rewards=rewards, response_mask=mask, values=values,
+                turn_end_mask=ends, gamma=0.9, lam=0.8, gamma_turn=0.7, lam_turn=0.6)  # fmt: skip
+    assert "bootstrap_value" in est.data_params
+    none = est(**data)
+    zeros = est(**data, bootstrap_value=torch.zeros(12, dtype=torch.float64))
+    for a, b in zip(none, zeros):
+        assert torch.equal(a, b)
+    # a nonzero bootstrap changes exactly the rows with response tokens
+    boot = torch.ones(12, dtype=torch.float64)
+    changed = (est(**data, bootstrap_value=boot)[0] != none[0]).any(-1)
+    assert torch.equal(changed, mask.any(-1))
+
+
+def test_bootstrap_value_shape_is_checked():
+    r = torch.zeros(2, 3)
+    with pytest.raises(ValueError, match="one value per sample"):
+        compute_gae(r, r, r, bootstrap_value=torch.zeros(3))
+    with pytest.raises(ValueError, match="1 dims"):
+        compute_turn_gae(r, r, r, r, bootstrap_value=torch.zeros(2, 1))
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_gae_family_on_cuda_matches_cpu():
     gen = torch.Generator().manual_seed(8)
     rewards, values, mask, ends = random_multi_turn_batch(gen, batch=16)
-    cpu = compute_bi_level_gae(rewards, values, mask, ends, 0.95, 1.0, 1.0, 1.0)
+    boot = torch.randn(16, generator=gen, dtype=torch.float64)
+    cpu = compute_bi_level_gae(rewards, values, mask, ends, 0.95, 1.0, 1.0, 1.0, boot)
     gpu = compute_bi_level_gae(
-        rewards.cuda(), values.cuda(), mask.cuda(), ends.cuda(), 0.95, 1.0, 1.0, 1.0
+        rewards.cuda(), values.cuda(), mask.cuda(), ends.cuda(), 0.95, 1.0, 1.0, 1.0, boot.cuda()
     )
+    for a, b in zip(cpu, gpu):
+        torch.testing.assert_close(a, b.cpu())
+    cpu = compute_gae(rewards, values, mask, 0.9, 0.8, boot)
+    gpu = compute_gae(rewards.cuda(), values.cuda(), mask.cuda(), 0.9, 0.8, boot.cuda())
     for a, b in zip(cpu, gpu):
         torch.testing.assert_close(a, b.cpu())
     cpu = compute_gae(rewards.bfloat16(), values.bfloat16(), mask, 0.99, 0.95)

@@ -6,13 +6,14 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from ragen.algo import (
     LOSS_AGG_MODES,
+    agg_denominator,
     agg_loss,
     apply_kl_to_rewards,
     explained_variance,
-    kl_loss,
     kl_penalty,
     ppo_policy_loss,
     value_loss,
@@ -30,17 +31,31 @@ RAGGED = torch.tensor([[1, 1, 0], [1, 0, 0], [0, 0, 0]])  # row 2 is empty
         ("token-mean", 7 / 3),  # (1 + 2 + 4) / 3 tokens
         ("seq-mean-token-sum", 3.5),  # (3 + 4) / 2 non-empty rows
         ("seq-mean-token-mean", 2.75),  # (1.5 + 4) / 2
-        ("seq-mean-token-sum-norm", 7 / 9),  # 7 / (3 rows * T=3)
+        ("seq-mean-token-sum-norm", 7 / 12),  # 7 / (3 rows * N=4), N = norm_constant
     ],
 )
 def test_agg_loss_modes_on_ragged_mask(mode, expected):
-    assert agg_loss(LOSS, RAGGED, mode).item() == pytest.approx(expected)
+    assert agg_loss(LOSS, RAGGED, mode, norm_constant=4).item() == pytest.approx(expected)
+    # the same value as numerator / agg_denominator, however T is padded
+    wide_loss, wide_mask = F.pad(LOSS, (0, 5), value=3.0), F.pad(RAGGED, (0, 5))
+    assert agg_loss(wide_loss, wide_mask, mode, norm_constant=4).item() == pytest.approx(expected)
+    denominator = {"token-mean": 3, "seq-mean-token-sum-norm": 12}.get(mode, 2)
+    assert agg_denominator(wide_mask, mode, norm_constant=4) == denominator
 
 
 def test_agg_loss_norm_constant_and_errors():
     assert agg_loss(
         LOSS, RAGGED, "seq-mean-token-sum-norm", norm_constant=7
     ).item() == pytest.approx(7 / 21)
+    # Dr.GRPO's normalizer is the response budget, not the batch's width: no default
+    for fn in (agg_loss, agg_denominator):
+        args = (LOSS, RAGGED) if fn is agg_loss else (RAGGED,)
+        with pytest.raises(ValueError, match="norm_constant="):
+            fn(*args, "seq-mean-token-sum-norm")
+        with pytest.raises(ValueError, match="norm_constant"):
+            fn(*args, "seq-mean-token-sum-norm", norm_constant=0)
+    with pytest.raises(ValueError, match="denominator"):
+        agg_loss(LOSS, RAGGED, "token-mean", denominator=-1.0)
     with pytest.raises(ValueError, match="token-mean"):
         agg_loss(LOSS, RAGGED, "token-sum")
     assert set(LOSS_AGG_MODES) == {
@@ -50,7 +65,85 @@ def test_agg_loss_norm_constant_and_errors():
         "seq-mean-token-sum-norm",
     }
     for mode in LOSS_AGG_MODES:  # an all-empty mask gives 0, not NaN
-        assert agg_loss(LOSS, torch.zeros_like(RAGGED), mode).item() == 0.0
+        empty = torch.zeros_like(RAGGED)
+        assert agg_loss(LOSS, empty, mode, norm_constant=3).item() == 0.0
+        assert agg_loss(LOSS, empty, mode, denominator=agg_denominator(empty, mode, 3)) == 0.0
+
+
+# ---------------------------------------------------------- micro-batching == one batch
+
+# A minibatch as the trainer holds it: 7 rows right-padded to T = 12, ``LENGTHS`` real
+# tokens each, response tokens only inside that length, row 3 without any response token.
+LENGTHS = [12, 5, 9, 4, 11, 7, 3]
+# Uneven micro-batches: the empty row shares one with a long row, one row alone, and
+# each micro-batch is cut to its own longest row (widths 12, 11, 7, 3), as the trainer's
+# token-budget micro-batching does.
+MICROS = [[0, 3], [1, 2, 4], [5], [6]]
+NORM = 16  # Dr.GRPO's response budget, larger than any row
+
+
+def _minibatch():
+    gen = torch.Generator().manual_seed(7)
+    rows, T = len(LENGTHS), max(LENGTHS)
+    inside = torch.arange(T) < torch.tensor(LENGTHS)[:, None]
+    mask = inside & (torch.rand(rows, T, generator=gen) < 0.6)
+    mask[:, 1] = True  # every row has tokens ...
+    mask[3] = False  # ... but row 3
+    mask &= inside
+    data = {
+        name: torch.randn(rows, T, generator=gen, dtype=torch.float64)
+        for name in ("x", "old", "adv", "returns", "old_values")
+    }
+    data["adv"] *= 2.0
+    data["log_prob"] = data["old"] + 0.3 * torch.randn(rows, T, generator=gen, dtype=torch.float64)
+    data["vpreds"] = data["old_values"] + 0.8 * torch.randn(
+        rows, T, generator=gen, dtype=torch.float64
+    )
+    return data, mask
+
+
+def _losses(data, mask, mode, **agg):
+    """The three losses of one (micro-)batch, each as a function of its own leaf."""
+    x, log_prob, vpreds = data["x"], data["log_prob"], data["vpreds"]
+    return {
+        "agg_loss": agg_loss(x, mask, mode, **agg),
+        "ppo_policy_loss": ppo_policy_loss(
+            data["old"], log_prob, data["adv"], mask, 0.2, 0.28, loss_agg_mode=mode, **agg
+        )[0],
+        "value_loss": value_loss(
+            vpreds, data["returns"], data["old_values"], mask, 0.2, loss_agg_mode=mode, **agg
+        )[0],
+    }
+
+
+LEAF = {"agg_loss": "x", "ppo_policy_loss": "log_prob", "value_loss": "vpreds"}
+
+
+@pytest.mark.parametrize("mode", LOSS_AGG_MODES)
+def test_micro_batch_losses_add_up_to_the_minibatch_loss(mode):
+    """sum over micro-batches of loss(mb, denominator=D) == loss(minibatch), also in grad."""
+    data, mask = _minibatch()
+    assert len({max(LENGTHS[i] for i in mb) for mb in MICROS}) == len(MICROS)  # widths differ
+    # one batch: each loss and its gradient w.r.t. its own leaf
+    leaves = {k: data[k].clone().requires_grad_(True) for k in LEAF.values()}
+    whole = _losses({**data, **leaves}, mask, mode, norm_constant=NORM)
+    grads_whole = {
+        name: torch.autograd.grad(loss, leaves[LEAF[name]])[0] for name, loss in whole.items()
+    }
+    # micro-batches: rows of MICROS, cut to each micro-batch's longest row
+    denominator = agg_denominator(mask, mode, norm_constant=NORM)
+    leaves = {k: data[k].clone().requires_grad_(True) for k in LEAF.values()}
+    summed = dict.fromkeys(LEAF, 0.0)
+    for mb in MICROS:
+        idx, width = torch.tensor(mb), max(LENGTHS[i] for i in mb)
+        sl = {k: v[idx, :width] for k, v in {**data, **leaves}.items()}
+        for name, loss in _losses(sl, mask[idx, :width], mode, denominator=denominator).items():
+            summed[name] = summed[name] + loss
+    for name, loss in summed.items():
+        grad = torch.autograd.grad(loss, leaves[LEAF[name]])[0]
+        assert torch.allclose(loss, whole[name]), (name, float(loss), float(whole[name]))
+        assert torch.allclose(grad, grads_whole[name]), name
+        assert grads_whole[name].abs().sum() > 0
 
 
 # --------------------------------------------------------------------------- PPO policy loss
@@ -148,7 +241,9 @@ def test_ppo_policy_loss_gradients_flow_for_every_agg_mode():
     mask = torch.rand(4, 7, generator=gen) < 0.7
     for mode in LOSS_AGG_MODES:
         log_prob.grad = None
-        loss, _ = ppo_policy_loss(old, log_prob, adv, mask, 0.2, 0.28, loss_agg_mode=mode)
+        loss, _ = ppo_policy_loss(
+            old, log_prob, adv, mask, 0.2, 0.28, loss_agg_mode=mode, norm_constant=7
+        )
         loss.backward()
         assert torch.isfinite(log_prob.grad).all()
         assert (log_prob.grad[~mask] == 0).all() and (log_prob.grad[mask] != 0).any()
@@ -213,18 +308,19 @@ def test_kl_penalty_kinds_hand_computed():
         kl_penalty(log_prob, ref, "k4")
 
 
-def test_apply_kl_to_rewards_and_kl_loss():
+def test_apply_kl_to_rewards_and_kl_as_a_loss():
     rewards = torch.tensor([[0.0, 0.0, 1.0]])
     kl = torch.tensor([[0.5, 0.2, 0.1]])
     out = apply_kl_to_rewards(rewards, kl, torch.tensor([[0, 1, 1]]), coef=0.1)
     torch.testing.assert_close(out, torch.tensor([[0.0, -0.02, 0.99]]))
     log_prob = torch.tensor([[-1.0, -2.0]], requires_grad=True)
     ref = torch.tensor([[-1.5, -2.0]])
-    loss = kl_loss(log_prob, ref, torch.ones(1, 2), kind="k1")
+    # as a loss term: aggregated like the policy loss (the trainer's composition)
+    loss = agg_loss(kl_penalty(log_prob, ref, "k1"), torch.ones(1, 2))
     assert loss.item() == pytest.approx(0.25)
     loss.backward()
     assert log_prob.grad[0].tolist() == pytest.approx([0.5, 0.5])
     log_prob.grad = None
-    kl_loss(log_prob, ref, torch.ones(1, 2), kind="low_var_kl").backward()
+    agg_loss(kl_penalty(log_prob, ref, "low_var_kl"), torch.ones(1, 2)).backward()
     # d/dlogp of exp(-d) + d - 1 is 1 - exp(-d): 1 - e^-0.5 for token 0, 0 at d = 0
     assert log_prob.grad[0].tolist() == pytest.approx([(1 - math.exp(-0.5)) / 2, 0.0], rel=1e-5)

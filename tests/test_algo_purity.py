@@ -24,9 +24,11 @@ LABELS = torch.randint(0, V, (B, T), generator=gen)
 CALLS = {
     "compute_gae": lambda: algo.compute_gae(REWARDS, VALUES, MASK, 0.9, 0.8),
     "compute_masked_gae": lambda: algo.compute_masked_gae(
-        REWARDS, VALUES, MASK, 0.9, 0.8, advantage_mask=ENDS
+        REWARDS, VALUES, MASK, 0.9, 0.8, advantage_mask=ENDS, bootstrap_value=SCORES
     ),
-    "compute_bi_level_gae": lambda: algo.compute_bi_level_gae(REWARDS, VALUES, MASK, ENDS),
+    "compute_bi_level_gae": lambda: algo.compute_bi_level_gae(
+        REWARDS, VALUES, MASK, ENDS, bootstrap_value=SCORES
+    ),
     "compute_turn_gae": lambda: algo.compute_turn_gae(REWARDS, VALUES, MASK, ENDS),
     "compute_grpo": lambda: algo.compute_grpo(REWARDS, MASK, INDEX_T),
     "compute_drgrpo": lambda: algo.compute_drgrpo(REWARDS, MASK, INDEX_NP),
@@ -41,17 +43,20 @@ CALLS = {
         for m in algo.METHODS
     ],
     "filter_groups": lambda: algo.filter_groups(SCORES, INDEX_T, "top_p", 0.5, False),
-    "agg_loss": lambda: [algo.agg_loss(VALUES, MASK, m) for m in algo.LOSS_AGG_MODES],
+    "group_reward_std": lambda: algo.group_reward_std(SCORES, INDEX_T, episode_ids=torch.arange(B)),
+    "agg_loss": lambda: [
+        algo.agg_loss(VALUES, MASK, m, norm_constant=T, denominator=d)
+        for m in algo.LOSS_AGG_MODES
+        for d in (None, algo.agg_denominator(MASK, m, norm_constant=T))
+    ],
     "ppo_policy_loss": lambda: algo.ppo_policy_loss(LOGP * 0.9, LOGP, VALUES, MASK, 0.2, 0.28),
     "value_loss": lambda: algo.value_loss(VALUES, REWARDS, VALUES * 0.5, MASK, 0.2),
     "explained_variance": lambda: algo.explained_variance(VALUES, REWARDS, MASK),
     "kl_penalty": lambda: [algo.kl_penalty(LOGP, LOGP * 0.5, k) for k in algo.KL_KINDS],
     "apply_kl_to_rewards": lambda: algo.apply_kl_to_rewards(REWARDS, VALUES, MASK, 0.1),
-    "kl_loss": lambda: algo.kl_loss(LOGP, LOGP * 0.5, MASK),
     "logprobs_from_logits": lambda: algo.logprobs_from_logits(LOGITS, LABELS, chunk_elements=50),
     "entropy_from_logits": lambda: algo.entropy_from_logits(LOGITS, chunk_elements=50),
     "masked_stats": lambda: [
-        algo.masked_sum(VALUES, MASK),
         algo.masked_mean(VALUES, MASK, dim=-1),
         algo.masked_var(VALUES, MASK),
         algo.masked_whiten(VALUES, MASK, shift_mean=False),

@@ -13,8 +13,6 @@ from ragen.algo import (
     get_advantage_estimator,
     list_advantage_estimators,
     needs_critic,
-    needs_index,
-    needs_turn_ends,
     register_advantage_estimator,
 )
 from ragen.algo import registry as registry_module
@@ -39,8 +37,23 @@ def test_builtin_names_and_needs():
         "masked_gae",
         "turn_gae",
     ]
-    assert [n for n in BUILTINS if needs_turn_ends(n)] == ["bi_level_gae", "turn_gae"]
-    assert [n for n in BUILTINS if needs_index(n)] == ["drgrpo", "grpo", "rloo"]
+    estimators = [get_advantage_estimator(n) for n in BUILTINS]
+    assert [e.name for e in estimators if e.needs_turn_ends] == ["bi_level_gae", "turn_gae"]
+    assert [e.name for e in estimators if e.needs_index] == ["drgrpo", "grpo", "rloo"]
+
+
+def test_optional_data_args_go_only_to_estimators_that_declare_them():
+    takes_bootstrap = [
+        n for n in BUILTINS if "bootstrap_value" in get_advantage_estimator(n).data_params
+    ]
+    assert takes_bootstrap == ["bi_level_gae", "gae", "masked_gae", "turn_gae"]
+    takes_adv_mask = [
+        n for n in BUILTINS if "advantage_mask" in get_advantage_estimator(n).data_params
+    ]
+    assert takes_adv_mask == ["masked_gae"]
+    for name in BUILTINS:  # data, never hyper-parameters
+        est = get_advantage_estimator(name)
+        assert not {"bootstrap_value", "advantage_mask"} & set(est.hyper_params)
 
 
 def test_unknown_name_lists_available():
@@ -58,6 +71,8 @@ def test_every_builtin_runs_with_one_shared_call():
         values=torch.randn(4, 6, generator=gen),
         index=[0, 0, 1, 1],
         turn_end_mask=torch.tensor([[0, 0, 1, 0, 0, 1]] * 4),
+        bootstrap_value=torch.zeros(4),
+        advantage_mask=mask,
     )
     # One config dict for all estimators; each takes only what it declares.
     hyper = dict(gamma=0.99, lam=0.95, gamma_turn=0.9, lam_turn=1.0, gamma_token=1.0,

@@ -36,6 +36,18 @@ End-of-sequence tail: when the last sampled id is an EOS token (e.g. ``<|im_end|
 its text usually opens the template's end-of-turn glue; that prefix of the glue is
 dropped so the EOS is not duplicated. The EOS id itself stays (it was sampled).
 
+Turn-close tokens: the glue after a response begins with the template's end-of-turn
+text, ``ChatFormat.turn_close`` (what the template writes after an assistant message:
+``<|im_end|>\n`` for ChatML, ``<|eot_id|>`` for Llama 3; found by rendering
+``[system, user, assistant: MARK]`` without a generation prompt and taking what
+follows MARK). Generation stops at ``</answer>``, so these ids are not sampled, but
+they close the action. ``SampleIds.turn_close_mask`` is 1 on the glue ids that cover
+that text after each trainable response (the part a sampled EOS did not already
+provide: after a sampled ``<|im_end|>`` only the ``\n`` is left), for estimators that
+let them join the advantage recursion (``masked_gae``'s M_adv). Only ids lying wholly
+inside the end-of-turn text are marked, so a sampled id or the next user message never
+is. The last response of a sample is followed by no glue, hence by no turn-close ids.
+
 Context policy: ``window=None`` keeps the full history in one sample; ``window=k``
 prompts each turn with the system message, the last k turns and the new user
 message, and makes every turn its own sample (:meth:`ContextManager.samples`).
@@ -43,6 +55,7 @@ message, and makes every turn its own sample (:meth:`ContextManager.samples`).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,6 +101,7 @@ class ChatFormat:
         if getattr(tokenizer, "eos_token_id", None) is not None:
             self.eos_ids.add(int(tokenizer.eos_token_id))
         self.system_in_user = self._detect_system_in_user()
+        self.turn_close = self._detect_turn_close()
         if strategy == "auto":
             strategy = "delta" if probe_append_only(self) else "fixed_prefix"
         self.strategy = strategy
@@ -143,6 +157,43 @@ class ChatFormat:
             )
         return text.split(_MARK, 1)[1]
 
+    def turn_close_ids(self, glue: str, ids: list[int], tail: str) -> int:
+        """How many leading ``ids`` (the encoding of ``glue``, which follows a response
+        ending with the sampled text ``tail``) lie wholly inside the end-of-turn text.
+
+        The end-of-turn text still to come is ``turn_close`` minus the part the sampled
+        EOS ``tail`` already wrote; only as much of it as ``glue`` really starts with
+        counts (a template that renders its last assistant message differently from an
+        earlier one cannot make the mask reach beyond the common prefix).
+        """
+        close = self.turn_close
+        if tail and close.startswith(tail):
+            close = close[len(tail) :]
+        n_chars = len(os.path.commonprefix([close, glue]))
+        count = 0
+        # few ids: the end-of-turn text is a special token and a newline or two
+        while count < len(ids) and len(self.decode(ids[: count + 1])) <= n_chars:
+            count += 1
+        return count
+
+    def _detect_turn_close(self) -> str:
+        """The text the template writes after an assistant message (before the next one);
+        "" when it cannot be found (then no id is marked as closing a turn)."""
+        try:
+            text = self.render(
+                [
+                    {"role": "system", "content": "probe system"},
+                    {"role": "user", "content": _DUMMY_USER},
+                    {"role": "assistant", "content": _MARK},
+                ],
+                add_generation_prompt=False,
+            )
+        except Exception:  # a template that refuses to end on an assistant message
+            return ""
+        # A template that does not render assistant content verbatim has no findable end
+        # of turn either (it fails in fixed_prefix_glue anyway).
+        return text.split(_MARK, 1)[1] if text.count(_MARK) == 1 else ""
+
     def _detect_system_in_user(self) -> bool:
         convo = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
         try:
@@ -190,6 +241,9 @@ class SampleIds:
     turn_ends: list[int]
     turn_index: int = 0  # first turn this sample covers
     exact: bool = True  # decode(input_ids) == the template's rendering (delta strategy)
+    # 1 on the template ids closing each trainable response (see the module docstring);
+    # same length as input_ids, never 1 where response_mask is
+    turn_close_mask: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -204,8 +258,10 @@ class _Sequence:
     mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     turn_ends: list[int] = field(default_factory=list)
+    close: list[int] = field(default_factory=list)  # turn_close_mask
     text: str = ""  # expected decode(ids)
     tail: str = ""  # text of a trailing sampled EOS, consumed by the next glue
+    closes_turn: bool = False  # the next glue closes a trainable response
     exact: bool = True
     fallbacks: int = 0
 
@@ -229,9 +285,10 @@ class _Sequence:
                 if self.tail and glue.startswith(self.tail):
                     glue = glue[len(self.tail) :]
                 self.exact = False
-        self.tail = ""
         ids = self.fmt.encode(glue)
-        self._extend(ids, glue, trainable=False)
+        n_close = self.fmt.turn_close_ids(glue, ids, self.tail) if self.closes_turn else 0
+        self.tail, self.closes_turn = "", False
+        self._extend(ids, glue, trainable=False, n_close=n_close)
 
     def add_response(
         self,
@@ -250,16 +307,20 @@ class _Sequence:
         self.tail = self.fmt.decode(ids[-1:]) if has_tail else ""
         self.ids.extend(ids)
         self.mask.extend([1 if trainable else 0] * len(ids))
+        self.close.extend([0] * len(ids))
         self.logprobs.extend(float(x) if trainable else 0.0 for x in logprobs)
         self.text += content + self.tail
         if trainable and ids:
             self.turn_ends.append(len(self.ids) - 1)
+        self.closes_turn = trainable and bool(ids)
         self.messages.append({"role": "assistant", "content": content})
         return content
 
-    def _extend(self, ids: list[int], text: str, trainable: bool) -> None:
+    def _extend(self, ids: list[int], text: str, trainable: bool, n_close: int = 0) -> None:
+        """Append ``ids`` (the encoding of ``text``); the first ``n_close`` close a turn."""
         self.ids.extend(ids)
         self.mask.extend([int(trainable)] * len(ids))
+        self.close.extend([1] * n_close + [0] * (len(ids) - n_close))
         self.logprobs.extend([0.0] * len(ids))
         self.text += text
 
@@ -269,14 +330,24 @@ class _Sequence:
             len(self.messages),
             len(self.text),
             self.tail,
+            self.closes_turn,
             self.mode,
             self.exact,
             self.fallbacks,
         )
 
     def restore(self, snap: tuple) -> None:
-        n_ids, n_msgs, n_text, self.tail, self.mode, self.exact, self.fallbacks = snap
-        del self.ids[n_ids:], self.mask[n_ids:], self.logprobs[n_ids:]
+        (
+            n_ids,
+            n_msgs,
+            n_text,
+            self.tail,
+            self.closes_turn,
+            self.mode,
+            self.exact,
+            self.fallbacks,
+        ) = snap
+        del self.ids[n_ids:], self.mask[n_ids:], self.logprobs[n_ids:], self.close[n_ids:]
         del self.messages[n_msgs:]
         self.text = self.text[:n_text]
 
@@ -289,6 +360,7 @@ class _Sequence:
             turn_ends=list(self.turn_ends),
             turn_index=turn_index,
             exact=self.exact and roundtrip,
+            turn_close_mask=list(self.close),
         )
 
 

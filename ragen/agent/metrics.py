@@ -13,7 +13,9 @@ reward_min / _max        extremes of ``episode_reward``
 env_reward_mean          mean episode reward from the env alone (no format shaping)
 pass_at_k                fraction of groups (same ``group_id``) with at least one success
 group_size               k used by pass_at_k (given, or the mean group size found)
-group_reward_std         mean over groups of the in-group reward std (StarPO-S signal)
+group_reward_std         mean over groups of the in-group std of ``episode_reward``
+                         (echo-trap signal; ``ragen.algo.groups.group_reward_std``,
+                         the statistic the StarPO-S filter ranks groups by)
 valid_action_rate        valid actions / executed actions
 effective_action_rate    effective actions / executed actions
 mean_turns               turns per episode
@@ -54,6 +56,20 @@ def _std(xs: Sequence[float]) -> float:
     return math.sqrt(sum((x - m) ** 2 for x in xs) / len(xs))
 
 
+def _group_reward_std(heads: Sequence[Trajectory]) -> float:
+    """Mean over groups of the in-group episode-reward std, one head sample per episode."""
+    # Imported here: the one definition lives in ragen.algo (torch), and importing
+    # ragen.agent stays torch-free for text-only evaluation.
+    from ragen.algo.groups import group_reward_std
+
+    std = group_reward_std(
+        [h.episode_reward for h in heads],
+        [h.group_id for h in heads],
+        episode_ids=[h.episode_id for h in heads],
+    )
+    return float(std.mean())
+
+
 def rollout_metrics(
     trajectories: Sequence[Trajectory], group_size: int | None = None
 ) -> dict[str, float]:
@@ -88,7 +104,7 @@ def rollout_metrics(
         "env_reward_mean": _mean(env_rewards),
         "pass_at_k": _mean([float(any(h.success for h in g)) for g in groups.values()]),
         "group_size": float(group_size),
-        "group_reward_std": _mean([_std([h.episode_reward for h in g]) for g in groups.values()]),
+        "group_reward_std": _group_reward_std(heads),
         "valid_action_rate": sum(h.num_valid_actions for h in heads) / n_actions
         if n_actions
         else 0.0,

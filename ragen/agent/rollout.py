@@ -470,6 +470,7 @@ def _trajectory(s: SampleIds, rewards: list[float], facts: dict[str, Any]) -> Tr
         turn_rewards=rewards,
         turn_index=s.turn_index,
         context_exact=s.exact,
+        turn_close_mask=s.turn_close_mask,
         **facts,
     )
 

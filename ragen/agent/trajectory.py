@@ -94,6 +94,9 @@ class Trajectory:
     # --- provenance -----------------------------------------------------------------
     source: str = ""  # policy that played it: "model", "oracle", "random", "chat"
     context_exact: bool = True  # decode(input_ids) == the chat template's own rendering
+    # len == len(input_ids) (or empty): 1 on the chat-template ids that close each
+    # trainable response, e.g. ``<|im_end|>\n`` (ragen.agent.context); masked_gae's M_adv
+    turn_close_mask: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.end_reason not in END_REASONS:
@@ -140,6 +143,6 @@ class Trajectory:
     def to_json(self, with_ids: bool = False) -> dict[str, Any]:
         d = asdict(self)
         if not with_ids:
-            for k in ("input_ids", "response_mask", "gen_logprobs"):
+            for k in ("input_ids", "response_mask", "gen_logprobs", "turn_close_mask"):
                 d.pop(k)
         return d

@@ -2,64 +2,59 @@
 
 Tensors are ``(batch, seq)`` over the full multi-turn training sequence; names and
 ``loss_agg_mode`` strings follow verl's ``core_algos``. Formulas and design choices are
-collected in docs/ALGORITHMS.md.
+collected in docs/ALGORITHMS.md. This module is the public API; each name comes from the
+one submodule that defines it:
 
-Modules, one job each:
-  utils       masked_sum / masked_mean / masked_var / masked_whiten
-  groups      group ids (index) and per-group statistics
+  utils       masked_mean / masked_var / masked_whiten
+  groups      group ids (index), per-group statistics, group_reward_std (episodes)
   scan        packing of response tokens and the blocked discounted scan behind GAE
   gae         compute_gae, compute_masked_gae, compute_bi_level_gae, compute_turn_gae
   outcome     compute_grpo, compute_drgrpo, compute_rloo, compute_reinforce_plus_plus
   registry    get_advantage_estimator / register_advantage_estimator / needs_critic ...
   normalize   normalize_scores (ARPO / BRPO / GRPO score normalization)
   filtering   filter_groups (StarPO-S uncertainty filtering)
-  losses      agg_loss, ppo_policy_loss, value_loss, explained_variance
-  kl          kl_penalty, apply_kl_to_rewards, kl_loss
+  losses      agg_denominator, agg_loss, ppo_policy_loss, value_loss, explained_variance
+  kl          kl_penalty, apply_kl_to_rewards
   logits      logprobs_from_logits, entropy_from_logits (memory-lean)
 """
 
-from ragen.algo.advantages import (
-    AdvantageEstimator,
-    compute_bi_level_gae,
-    compute_drgrpo,
-    compute_gae,
-    compute_grpo,
-    compute_masked_gae,
-    compute_reinforce_plus_plus,
-    compute_rloo,
-    compute_turn_gae,
-    get_advantage_estimator,
-    list_advantage_estimators,
-    needs_critic,
-    needs_index,
-    needs_turn_ends,
-    register_advantage_estimator,
-    sequence_scores,
-)
 from ragen.algo.filtering import FILTER_STRATEGIES, filter_groups
-from ragen.algo.groups import as_group_ids, group_stats
-from ragen.algo.kl import KL_KINDS, apply_kl_to_rewards, kl_loss, kl_penalty
+from ragen.algo.gae import (
+    compute_bi_level_gae,
+    compute_gae,
+    compute_masked_gae,
+    compute_turn_gae,
+)
+from ragen.algo.groups import as_group_ids, group_reward_std, group_stats
+from ragen.algo.kl import KL_KINDS, apply_kl_to_rewards, kl_penalty
 from ragen.algo.logits import entropy_from_logits, logprobs_from_logits
 from ragen.algo.losses import (
     LOSS_AGG_MODES,
+    agg_denominator,
     agg_loss,
     explained_variance,
     ppo_policy_loss,
     value_loss,
 )
 from ragen.algo.normalize import GROUPINGS, METHODS, normalize_scores
+from ragen.algo.outcome import (
+    compute_drgrpo,
+    compute_grpo,
+    compute_reinforce_plus_plus,
+    compute_rloo,
+)
+from ragen.algo.registry import (
+    AdvantageEstimator,
+    get_advantage_estimator,
+    list_advantage_estimators,
+    needs_critic,
+    register_advantage_estimator,
+)
 from ragen.algo.scan import discounted_reverse_cumsum
-from ragen.algo.utils import masked_mean, masked_sum, masked_var, masked_whiten
-
-# verl-style aliases, so code written against verl's core_algos reads naturally.
-compute_gae_advantage_return = compute_gae
-compute_grpo_outcome_advantage = compute_grpo
-compute_rloo_outcome_advantage = compute_rloo
-compute_policy_loss = ppo_policy_loss
-compute_value_loss = value_loss
+from ragen.algo.utils import masked_mean, masked_var, masked_whiten
 
 __all__ = [
-    # advantages
+    # advantage estimators
     "compute_gae",
     "compute_masked_gae",
     "compute_bi_level_gae",
@@ -68,7 +63,6 @@ __all__ = [
     "compute_drgrpo",
     "compute_rloo",
     "compute_reinforce_plus_plus",
-    "sequence_scores",
     "discounted_reverse_cumsum",
     # registry
     "AdvantageEstimator",
@@ -76,8 +70,6 @@ __all__ = [
     "get_advantage_estimator",
     "list_advantage_estimators",
     "needs_critic",
-    "needs_turn_ends",
-    "needs_index",
     # normalization and filtering
     "normalize_scores",
     "GROUPINGS",
@@ -86,8 +78,10 @@ __all__ = [
     "FILTER_STRATEGIES",
     "as_group_ids",
     "group_stats",
+    "group_reward_std",
     # losses
     "LOSS_AGG_MODES",
+    "agg_denominator",
     "agg_loss",
     "ppo_policy_loss",
     "value_loss",
@@ -95,18 +89,10 @@ __all__ = [
     "KL_KINDS",
     "kl_penalty",
     "apply_kl_to_rewards",
-    "kl_loss",
     "logprobs_from_logits",
     "entropy_from_logits",
     # statistics
-    "masked_sum",
     "masked_mean",
     "masked_var",
     "masked_whiten",
-    # verl aliases
-    "compute_gae_advantage_return",
-    "compute_grpo_outcome_advantage",
-    "compute_rloo_outcome_advantage",
-    "compute_policy_loss",
-    "compute_value_loss",
 ]

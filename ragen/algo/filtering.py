@@ -3,8 +3,9 @@
 A group whose rollouts all score the same carries no learning signal for a group-relative
 baseline and, per the RAGEN paper, training on low-variance groups drives the echo-trap
 collapse. The filter scores each group by the in-group standard deviation of the *raw*
-trajectory scores (pass the scores before any normalization; this function never
-modifies its input) and keeps whole groups.
+episode scores (pass the scores before any normalization; this function never modifies
+its input), ``ragen.algo.groups.group_reward_std`` -- the same statistic the
+``group_reward_std`` rollout metric reports -- and keeps whole groups.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from ragen.algo.groups import as_group_ids, group_stats
+from ragen.algo.groups import as_group_ids, group_reward_std
 from ragen.algo.utils import as_float
 
 __all__ = ["filter_groups", "FILTER_STRATEGIES"]
@@ -30,11 +31,14 @@ def filter_groups(
     strategy: str = "top_p",
     value: float = 0.25,
     include_zero: bool = True,
+    episode_ids=None,
 ) -> tuple[Tensor, dict[str, float]]:
     """Which samples to keep, by the reward std of their group -> ``(keep_mask, metrics)``.
 
-    std_g = sample (n-1) standard deviation of the scores in group g (0 for a group of
-    one, and exactly 0 when all its scores are equal).
+    std_g = ``group_reward_std``: the population standard deviation of the scores of the
+    EPISODES of group g (0 for a group of one, and exactly 0 when all scores are equal).
+    With a windowed context every turn is a sample: pass ``episode_ids`` so an episode
+    counts once, whatever its number of turns (without them every sample is an episode).
 
     Strategies (G = number of groups):
       * ``top_p``: keep the ceil(value * G) groups with the highest std, at least 1
@@ -51,6 +55,8 @@ def filter_groups(
     Args:
         scores: ``(B,)`` raw trajectory scores.
         index: ``(B,)`` group ids (tensor, numpy array or list of ints/strings).
+        episode_ids: optional ``(B,)`` episode ids (samples of one episode must have
+            the same score: pass episode scores).
     Returns:
         keep_mask: ``(B,)`` bool, True for samples of kept groups.
         metrics (python floats): ``std_mean_before``/``std_max_before`` (over all groups),
@@ -65,7 +71,7 @@ def filter_groups(
     if s.dim() != 1:
         raise ValueError(f"scores must be 1-D (one score per sample), got {tuple(s.shape)}")
     ids, num_groups = as_group_ids(index, s.shape[0], s.device)
-    _, _, std = group_stats(s, ids, num_groups)
+    std = group_reward_std(s, ids, episode_ids)  # same group numbering as ids
 
     if strategy == "min_std":
         keep_group = std >= float(value)

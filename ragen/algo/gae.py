@@ -9,6 +9,11 @@ Shared rules (see docs/ALGORITHMS.md):
 * Recursions run over response tokens only. Observation/prompt tokens are *skipped*: the
   next value and the running advantage pass through them unchanged, and rewards placed
   on them are ignored (put rewards on response tokens, normally the turn's last token).
+* The value after a sample's last step is ``bootstrap_value`` ``(B,)`` (V of the state
+  after the last response token; None or 0: the episode terminated there). It enters
+  the last TD error only: delta_last = r_last + gamma * bootstrap - V_last. Bootstrap
+  where the sample is cut short but the episode's return goes on (a turn/length budget
+  that is not part of the state, a windowed sample); leave it 0 where the env ended.
 * Outputs are raw (not whitened; see ``masked_whiten``), detached, float32 (float64 for
   float64 input), and 0 at non-response positions. Returns = advantages + values.
 * Vectorized: one pack (scatter) + blocked discounted scans + one unpack (gather); no
@@ -42,15 +47,47 @@ def _check_inputs(
     return token_level_rewards.to(dtype), values.to(dtype), mask
 
 
+def _check_bootstrap(bootstrap_value: Tensor | None, rewards: Tensor) -> Tensor | None:
+    """``bootstrap_value`` ``(B,)`` in the compute dtype, or None (terminated everywhere)."""
+    if bootstrap_value is None:
+        return None
+    check_tensor("bootstrap_value", bootstrap_value, ndim=1)
+    if bootstrap_value.shape[0] != rewards.shape[0]:
+        raise ValueError(
+            f"bootstrap_value has {bootstrap_value.shape[0]} entries but the batch has "
+            f"{rewards.shape[0]} rows; pass one value per sample (0 where it terminated)"
+        )
+    return bootstrap_value.to(device=rewards.device, dtype=rewards.dtype)
+
+
+def _add_to_last(x: Tensor, count: Tensor, value: Tensor) -> None:
+    """In place: x[b, count_b - 1] += value_b for the rows with count_b > 0.
+
+    Shapes: x ``(B, L)``, count ``(B,)`` (number of filled cells of each row, which fill
+    columns 0..count_b - 1), value ``(B,)``.
+    """
+    last = (count - 1).clamp_min(0).unsqueeze(-1)
+    value = torch.where(count > 0, value, torch.zeros_like(value))  # empty rows: nothing
+    x.scatter_add_(-1, last, value.unsqueeze(-1))
+
+
 def _gae_over_mask(
-    rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float
+    rewards: Tensor,
+    values: Tensor,
+    mask: Tensor,
+    gamma: float,
+    lam: float,
+    bootstrap: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """GAE over the positions of ``mask`` (others skipped); ``(B, T)`` -> (A, A + V) at mask, 0 elsewhere."""
     packing = pack_by_mask(mask)
     r, v = packing.pack(rewards), packing.pack(values)  # (B, W); 0 past each row's end
-    # delta_j = r_j + gamma V_{j+1} - V_j; the last column is always empty, so V = 0 there.
+    # delta_j = r_j + gamma V_{j+1} - V_j; V = 0 in the empty cell after each row's last
+    # token (the trash cell may be that cell, so the bootstrap never goes into v)...
     delta = r.sub_(v)
     delta[:, :-1].add_(v[:, 1:], alpha=gamma)
+    if bootstrap is not None:  # ...and + gamma * V_boot at the row's last token instead
+        _add_to_last(delta, packing.valid.sum(-1), gamma * bootstrap)
     adv = discounted_reverse_cumsum(delta, gamma * lam)
     return packing.unpack(adv), packing.unpack(adv.add_(v))
 
@@ -63,10 +100,12 @@ def compute_gae(
     response_mask: Tensor,
     gamma: float = 1.0,
     lam: float = 1.0,
+    bootstrap_value: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Generalized Advantage Estimation over response tokens (observation tokens skipped).
 
-    For response positions t, with t' the next response position (V_{t'} = 0 past the last):
+    For response positions t, with t' the next response position (past the last one,
+    V_{t'} = ``bootstrap_value``, or 0 when None):
         delta_t = r_t + gamma * V_{t'} - V_t
         A_t     = delta_t + gamma * lam * A_{t'}
         R_t     = A_t + V_t
@@ -78,13 +117,16 @@ def compute_gae(
         values: ``(B, T)`` critic values V_t.
         response_mask: ``(B, T)``, 1 on sampled tokens.
         gamma, lam: in [0, 1] (paper default 1.0, 1.0).
+        bootstrap_value: ``(B,)`` V of the state after each sample's last response token
+            (0 or None: terminated).
     Returns:
         ``(advantages, returns)``, each ``(B, T)`` float32, 0 at non-response positions.
     """
     gamma = check_fraction("gamma", gamma)
     lam = check_fraction("lam", lam)
     rewards, values, mask = _check_inputs(token_level_rewards, values, response_mask)
-    return _gae_over_mask(rewards, values, mask, gamma, lam)
+    bootstrap = _check_bootstrap(bootstrap_value, rewards)
+    return _gae_over_mask(rewards, values, mask, gamma, lam, bootstrap)
 
 
 @register_advantage_estimator("masked_gae")
@@ -96,6 +138,7 @@ def compute_masked_gae(
     gamma: float = 1.0,
     lam: float = 1.0,
     advantage_mask: Tensor | None = None,
+    bootstrap_value: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """GAE with separate masks, as in VAGEN's AICO: M_adv for the recursion, M_loss for training.
 
@@ -124,7 +167,8 @@ def compute_masked_gae(
         if advantage_mask is None
         else as_bool_mask("advantage_mask", advantage_mask, rewards.shape)
     )
-    advantages, returns = _gae_over_mask(rewards, values, adv_mask, gamma, lam)
+    bootstrap = _check_bootstrap(bootstrap_value, rewards)
+    advantages, returns = _gae_over_mask(rewards, values, adv_mask, gamma, lam, bootstrap)
     return advantages * loss_mask, returns
 
 
@@ -135,11 +179,13 @@ def _turn_level(
     turn_end_mask: Tensor,
     gamma_turn: float,
     lam_turn: float,
+    bootstrap_value: Tensor | None,
 ):
     """Shared first stage of bi-level and turn GAE, in the per-turn grid ``(B, K + 1, Lt)``.
 
     Returns (grid, v (B, K + 1, Lt), A_turn (B, K + 1), V_turn (B, K + 1)); row K is empty
-    and holds zeros (it supplies V_K = A_K = 0).
+    and holds zeros (it supplies V_K = A_K = 0). The bootstrap value enters the TD error
+    of each row's last turn.
     """
     rewards, values, mask = _check_inputs(token_level_rewards, values, response_mask)
     ends = as_bool_mask("turn_end_mask", turn_end_mask, rewards.shape)
@@ -155,6 +201,9 @@ def _turn_level(
     last = (grid.lengths - 1).clamp_min(0).unsqueeze(-1)
     turn_value = v.gather(-1, last).squeeze(-1)  # V_k at the turn end; 0 for absent turns
     delta = turn_reward + gamma_turn * shift_left(turn_value) - turn_value  # V_K = 0
+    bootstrap = _check_bootstrap(bootstrap_value, rewards)
+    if bootstrap is not None:  # V after a row's last turn (turns 0..n_b - 1 are non-empty)
+        _add_to_last(delta, (grid.lengths > 0).sum(-1), gamma_turn * bootstrap)
     turn_adv = discounted_reverse_cumsum(delta, gamma_turn * lam_turn)  # A_k, (B, K + 1)
     return grid, v, turn_adv, turn_value
 
@@ -170,6 +219,7 @@ def compute_bi_level_gae(
     lam_turn: float = 1.0,
     gamma_token: float = 1.0,
     lam_token: float = 1.0,
+    bootstrap_value: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Bi-level GAE (VAGEN's TRICO): GAE across turns, then GAE inside each turn.
 
@@ -178,7 +228,8 @@ def compute_bi_level_gae(
     token, V_k (the only token of the turn whose value has seen the whole action; it is
     also where VAGEN places turn rewards).
 
-    Turn level, k = K-1..0 (V_K = 0):
+    Turn level, k = K-1..0 (V_K = ``bootstrap_value``, the value of the state after
+    the last turn; 0 when None):
         delta_k = R_k + gamma_turn * V_{k+1} - V_k
         A_k     = delta_k + gamma_turn * lam_turn * A_{k+1}
     Token level, inside turn k: the turn-end token gets A_k; earlier tokens t get
@@ -197,8 +248,9 @@ def compute_bi_level_gae(
     gamma_token = check_fraction("gamma_token", gamma_token)
     lam_token = check_fraction("lam_token", lam_token)
     grid, v, turn_adv, _ = _turn_level(
-        token_level_rewards, values, response_mask, turn_end_mask, gamma_turn, lam_turn
-    )
+        token_level_rewards, values, response_mask, turn_end_mask, gamma_turn, lam_turn,
+        bootstrap_value,
+    )  # fmt: skip
     # Token level: seed A_k at the turn end. Each turn is its own row, so the scan cannot
     # leak across turns; cells past a turn's end hold V = 0, hence delta = 0 there.
     delta = v.neg()
@@ -220,11 +272,12 @@ def compute_turn_gae(
     turn_end_mask: Tensor,
     gamma_turn: float = 0.95,
     lam_turn: float = 1.0,
+    bootstrap_value: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Turn-level GAE (Turn-PPO): the turn-level stage of ``compute_bi_level_gae`` only.
 
     A_k as in ``compute_bi_level_gae`` (turn rewards R_k, turn values V_k at turn-end
-    tokens); every token of turn k gets A_k, and returns G_k = A_k + V_k (the turn's
+    tokens, ``bootstrap_value`` after the last turn); every token of turn k gets A_k, and returns G_k = A_k + V_k (the turn's
     value target) on every token of turn k, so a value loss over any of the turn's tokens
     regresses toward the return of the turn.
 
@@ -233,8 +286,9 @@ def compute_turn_gae(
     gamma_turn = check_fraction("gamma_turn", gamma_turn)
     lam_turn = check_fraction("lam_turn", lam_turn)
     grid, v, turn_adv, turn_value = _turn_level(
-        token_level_rewards, values, response_mask, turn_end_mask, gamma_turn, lam_turn
-    )
+        token_level_rewards, values, response_mask, turn_end_mask, gamma_turn, lam_turn,
+        bootstrap_value,
+    )  # fmt: skip
     # Every token of turn k reads row k of the small (B, K + 1) tables.
     off_response = response_mask == 0
     adv = turn_adv.gather(1, grid.turn_id).masked_fill_(off_response, 0.0)

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from ragen.algo.utils import as_float
 
-__all__ = ["as_group_ids", "group_stats", "scatter_sum"]
+__all__ = ["as_group_ids", "group_stats", "group_reward_std", "scatter_sum"]
 
 
 def _relabel_by_first_appearance(ids: Tensor) -> tuple[Tensor, int]:
@@ -81,11 +81,14 @@ def scatter_sum(values: Tensor, ids: Tensor, num_groups: int) -> Tensor:
     return out.index_add(0, ids, values)
 
 
-def group_stats(scores: Tensor, ids: Tensor, num_groups: int) -> tuple[Tensor, Tensor, Tensor]:
-    """Per-group count, mean and sample standard deviation of ``scores``.
+def group_stats(
+    scores: Tensor, ids: Tensor, num_groups: int, unbiased: bool = True
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-group count, mean and standard deviation of ``scores``.
 
     For group g with n_g members: mean_g = sum s_i / n_g,
-    std_g = sqrt( sum (s_i - mean_g)^2 / (n_g - 1) )  (unbiased, like ``torch.std``),
+    std_g = sqrt( sum (s_i - mean_g)^2 / (n_g - 1) )  (``unbiased``, like ``torch.std``;
+    the score normalization of GRPO), or / n_g (population std, ``unbiased=False``),
     computed in two passes for accuracy. A group of size 1 has std 0, and a group whose
     scores are all identical has std exactly 0 (detected with max == min, because the
     two-pass formula can leave ~1e-17 of rounding noise).
@@ -96,9 +99,70 @@ def group_stats(scores: Tensor, ids: Tensor, num_groups: int) -> tuple[Tensor, T
     count = scatter_sum(torch.ones_like(s), ids, num_groups)
     mean = scatter_sum(s, ids, num_groups) / count.clamp_min(1)
     sq_dev = scatter_sum((s - mean[ids]) ** 2, ids, num_groups)
-    var = sq_dev / (count - 1).clamp_min(1)
+    var = sq_dev / ((count - 1) if unbiased else count).clamp_min(1)
     g_max = torch.full_like(mean, -torch.inf).scatter_reduce(0, ids, s, reduce="amax")
     g_min = torch.full_like(mean, torch.inf).scatter_reduce(0, ids, s, reduce="amin")
     constant = (g_max == g_min) | (count <= 1)
     std = torch.where(constant, torch.zeros_like(var), var.sqrt())
     return count, mean, std
+
+
+def group_reward_std(
+    scores: Tensor | Sequence[float],
+    index,
+    episode_ids=None,
+) -> Tensor:
+    """The in-group reward std over EPISODES: the StarPO-S filter's ranking statistic and
+    the ``group_reward_std`` rollout metric (echo-trap signal) -> ``(G,)``.
+
+    std_g = sqrt( sum_{e in g} (s_e - mean_g)^2 / n_g ) over the n_g episodes e of group
+    g, i.e. the POPULATION std (0 for a group of one; exactly 0 when all scores agree).
+
+    Why over episodes: with a windowed context every turn is its own sample, and an
+    episode with more turns would otherwise count more often in its group. Pass
+    ``episode_ids`` ``(B,)`` and the samples of one episode count once (their scores must
+    be equal: pass the episode score, e.g. ``episode_reward``, not a per-turn one).
+
+    Why the population std (divide by n, not n - 1): the question is how much the
+    rollouts that were actually drawn disagree, not an estimate of a larger population's
+    spread, and the population std measures the same disagreement the same way at any
+    group size: a group split half 0 / half 1 has std 0.5 with 2 episodes or with 8
+    (the sample std gives 0.71 and 0.53), so a ``min_std`` threshold means the same for
+    every group, and for rewards in [a, b] it never exceeds (b - a) / 2. Ranking groups of
+    equal size is the same under either definition. (The GRPO score normalization,
+    ``normalize_scores``, divides by the sample std; that is a different use.)
+
+    Args:
+        scores: ``(B,)`` raw scores, one per sample.
+        index: ``(B,)`` group ids (tensor, numpy array or list of ints/strings).
+        episode_ids: optional ``(B,)`` episode ids; episodes are told apart by the pair
+            (group id, episode id).
+    Returns:
+        ``(G,)`` float32 (float64 for float64 scores and python sequences), groups
+        numbered 0..G-1 by first appearance in ``index`` (as ``as_group_ids``).
+    """
+    # python floats are doubles: keep their digits
+    s = (
+        as_float(scores)
+        if isinstance(scores, Tensor)
+        else torch.tensor(scores, dtype=torch.float64)
+    )
+    if s.dim() != 1:
+        raise ValueError(f"scores must be 1-D (one score per sample), got {tuple(s.shape)}")
+    ids, num_groups = as_group_ids(index, s.shape[0], s.device)
+    if episode_ids is not None:
+        eps, num_eps = as_group_ids(episode_ids, s.shape[0], s.device)
+        # one row per distinct (group, episode) pair: its first sample
+        _, pair = torch.unique(ids * max(num_eps, 1) + eps, return_inverse=True)
+        num_pairs = int(pair.max()) + 1 if pair.numel() else 0
+        positions = torch.arange(pair.numel(), device=pair.device)
+        first = torch.full((num_pairs,), pair.numel(), dtype=torch.long, device=pair.device)
+        first = first.scatter_reduce(0, pair, positions, reduce="amin")
+        if bool((s != s[first][pair]).any()):
+            raise ValueError(
+                "samples of one episode have different scores; pass the episode score "
+                "(e.g. episode_reward) for every sample of an episode"
+            )
+        s, ids = s[first], ids[first]
+    _, _, std = group_stats(s, ids, num_groups, unbiased=False)
+    return std

@@ -17,7 +17,9 @@ to [-10, 10], as is customary: a single token whose probability collapsed under 
 policy would otherwise put exp(20+) into the loss and blow up the step.
 
 Use the KL either as a reward penalty (``apply_kl_to_rewards``, classic RLHF PPO: the
-penalty then enters the advantages) or as a loss term (``kl_loss``, GRPO-style).
+penalty then enters the advantages) or as a loss term, GRPO-style:
+``agg_loss(kl_penalty(log_prob, ref_log_prob, kind), response_mask, ...)`` aggregated
+like the policy loss (same mode and minibatch denominator).
 Vanilla StarPO used coefficient 0.001; StarPO-S uses 0 (no reference model).
 """
 
@@ -26,10 +28,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ragen.algo.losses import agg_loss
 from ragen.algo.utils import as_float, check_same_shape
 
-__all__ = ["KL_KINDS", "kl_penalty", "apply_kl_to_rewards", "kl_loss"]
+__all__ = ["KL_KINDS", "kl_penalty", "apply_kl_to_rewards"]
 
 KL_KINDS = ("k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl")
 
@@ -37,7 +38,7 @@ KL_KINDS = ("k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl")
 def kl_penalty(log_prob: Tensor, ref_log_prob: Tensor, kind: str = "low_var_kl") -> Tensor:
     """Per-token KL estimate (see module table): ``(B, T), (B, T) -> (B, T)`` float32.
 
-    Not masked: multiply by the response mask (or pass it to ``kl_loss``). Differentiable
+    Not masked: multiply by the response mask (or aggregate it with ``agg_loss``). Differentiable
     w.r.t. ``log_prob``.
     """
     check_same_shape(log_prob=log_prob, ref_log_prob=ref_log_prob)
@@ -65,17 +66,3 @@ def apply_kl_to_rewards(
     """
     check_same_shape(token_level_rewards=token_level_rewards, kl=kl, response_mask=response_mask)
     return as_float(token_level_rewards) - float(coef) * as_float(kl) * (response_mask != 0)
-
-
-def kl_loss(
-    log_prob: Tensor,
-    ref_log_prob: Tensor,
-    response_mask: Tensor,
-    kind: str = "low_var_kl",
-    loss_agg_mode: str = "token-mean",
-) -> Tensor:
-    """agg_loss(kl_penalty(log_prob, ref_log_prob, kind), response_mask) -> 0-d tensor.
-
-    Add ``coef * kl_loss(...)`` to the policy loss; differentiable w.r.t. ``log_prob``.
-    """
-    return agg_loss(kl_penalty(log_prob, ref_log_prob, kind), response_mask, loss_agg_mode)

@@ -13,11 +13,15 @@ and call any estimator the same way::
     advantages, returns = estimator(
         token_level_rewards=rewards, response_mask=mask,
         values=values, index=group_ids, turn_end_mask=turn_ends,  # given when available
+        bootstrap_value=v_boot, advantage_mask=adv_mask,           # optional
         gamma=1.0, lam=1.0, ...,                                   # any estimator's hypers
     )
 
-The call passes each estimator only the inputs its function declares (``values``,
-``index``, ``turn_end_mask``), and only the hyper-parameters it declares: a
+The call passes each estimator only the data inputs its function declares (``DATA_ARGS``:
+``values``, ``index``, ``turn_end_mask``, ``bootstrap_value``, ``advantage_mask``; e.g.
+the critic estimators take ``bootstrap_value``, the outcome estimators such as ``grpo``
+do not, since a trajectory score has no next state to bootstrap from, and only
+``masked_gae`` takes ``advantage_mask``), and only the hyper-parameters it declares: a
 hyper-parameter that *some* registered estimator takes is dropped silently (so one
 config can serve every estimator), while an unknown name raises ``TypeError`` (a typo
 such as ``lamda`` never goes unnoticed). Whether an estimator needs a critic, turn ends
@@ -39,12 +43,18 @@ __all__ = [
     "get_advantage_estimator",
     "list_advantage_estimators",
     "needs_critic",
-    "needs_turn_ends",
-    "needs_index",
 ]
 
 # The standard inputs a trainer has; everything else an estimator takes is a hyper-parameter.
-DATA_ARGS = ("token_level_rewards", "response_mask", "values", "index", "turn_end_mask")
+DATA_ARGS = (
+    "token_level_rewards",
+    "response_mask",
+    "values",
+    "index",
+    "turn_end_mask",
+    "bootstrap_value",  # (B,) V after each sample's last response token (critic estimators)
+    "advantage_mask",  # (B, T) tokens of the GAE recursion (masked_gae's M_adv)
+)
 
 _REGISTRY: dict[str, AdvantageEstimator] = {}
 
@@ -69,15 +79,22 @@ class AdvantageEstimator:
         values: Tensor | None = None,
         index=None,
         turn_end_mask: Tensor | None = None,
+        bootstrap_value: Tensor | None = None,
+        advantage_mask: Tensor | None = None,
         **hyper,
     ) -> tuple[Tensor, Tensor]:
-        """Run the estimator -> ``(advantages, returns)``, each ``(batch, seq)`` float32."""
+        """Run the estimator -> ``(advantages, returns)``, each ``(batch, seq)`` float32.
+
+        Data inputs the estimator does not declare are dropped (None or not).
+        """
         given = {
             "token_level_rewards": token_level_rewards,
             "response_mask": response_mask,
             "values": values,
             "index": index,
             "turn_end_mask": turn_end_mask,
+            "bootstrap_value": bootstrap_value,
+            "advantage_mask": advantage_mask,
         }
         for flag, arg, what in (
             (self.needs_critic, "values", "critic values"),
@@ -182,13 +199,3 @@ def list_advantage_estimators() -> list[str]:
 def needs_critic(name: str) -> bool:
     """Whether estimator ``name`` needs value predictions (a critic)."""
     return get_advantage_estimator(name).needs_critic
-
-
-def needs_turn_ends(name: str) -> bool:
-    """Whether estimator ``name`` needs ``turn_end_mask``."""
-    return get_advantage_estimator(name).needs_turn_ends
-
-
-def needs_index(name: str) -> bool:
-    """Whether estimator ``name`` needs group ids (``index``)."""
-    return get_advantage_estimator(name).needs_index

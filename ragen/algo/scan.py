@@ -115,12 +115,6 @@ class TurnGrid:
         """``(B, (K + 1) * Lt) -> (B, K + 1, Lt)``."""
         return packed.view(packed.shape[0], self.num_turns + 1, self.turn_len)
 
-    def cells(self) -> tuple[Tensor, Tensor]:
-        """``(valid, is_end)``, both ``(B, K + 1, Lt)`` bool: cell holds a token / the turn end."""
-        j = torch.arange(self.turn_len, device=self.lengths.device)
-        n = self.lengths.unsqueeze(-1)
-        return j < n, j == n - 1
-
 
 def turn_grid(response_mask: Tensor, turn_end_mask: Tensor) -> TurnGrid:
     """Lay out response tokens one turn per row (see ``TurnGrid``).

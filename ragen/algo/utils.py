@@ -18,7 +18,6 @@ import torch
 from torch import Tensor
 
 __all__ = [
-    "masked_sum",
     "masked_mean",
     "masked_var",
     "masked_whiten",
@@ -87,16 +86,6 @@ def _weights(values: Tensor, mask: Tensor) -> Tensor:
             f"mask shape {tuple(mask.shape)} does not match values shape {tuple(values.shape)}"
         )
     return mask.to(compute_dtype(values))
-
-
-def masked_sum(values: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
-    """sum_i values_i * mask_i over ``dim`` (all dims when None).
-
-    Shapes: values, mask ``(...)`` -> 0-d tensor, or ``(...)`` with ``dim`` removed.
-    """
-    w = _weights(values, mask)
-    prod = as_float(values) * w
-    return prod.sum() if dim is None else prod.sum(dim)
 
 
 def masked_mean(values: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
