@@ -391,6 +391,12 @@ def _check_ranges(cfg: TrainConfig) -> None:
     ):
         if value < 0:
             _fail(key, f"must be >= 0, got {value}", "use 0 to turn it off, or a positive integer")
+    if a.loss_norm_constant is not None and a.loss_norm_constant < 1:
+        _fail(
+            "algo.loss_norm_constant",
+            f"must be null or >= 1, got {a.loss_norm_constant}",
+            "null uses the response budget of one sample (rollout.max_new_tokens x turns)",
+        )
     if t.keep_last is not None and t.keep_last < 1:
         _fail("trainer.keep_last", f"must be null or >= 1, got {t.keep_last}", "null keeps all")
     for key, value in (("model.actor_lr", m.actor_lr), ("model.critic_lr", m.critic_lr)):
@@ -424,9 +430,18 @@ def _check_combinations(cfg: TrainConfig) -> None:
     """Keys that are each valid but cannot go together."""
     import math
 
-    from ragen.algo.registry import needs_critic
+    from ragen.algo.registry import get_advantage_estimator, needs_critic
 
     a, r = cfg.algo, cfg.rollout
+    if a.advantage_tokens != "response":
+        takes_mask = "advantage_mask" in get_advantage_estimator(a.adv_estimator).data_params
+        if not takes_mask:
+            _fail(
+                "algo.advantage_tokens",
+                f"{a.advantage_tokens!r} needs an estimator that takes an advantage mask "
+                f"(M_adv), and {a.adv_estimator!r} does not",
+                "set algo.adv_estimator=masked_gae, or algo.advantage_tokens=response",
+            )
     if needs_critic(a.adv_estimator) and not a.use_critic:
         _fail(
             "algo.use_critic",

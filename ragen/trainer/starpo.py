@@ -86,12 +86,20 @@ def token_log_probs(
 
 def token_values(
     critic: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor
-) -> torch.Tensor:
-    """Critic values aligned to positions: values[:, t] = V(prefix before token t); (B, T)."""
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Critic values aligned to positions, and the value of each whole row.
+
+    input_ids, attention_mask: (B, T), right-padded. Returns ``values`` (B, T) with
+    ``values[:, t] = V(prefix before token t)``, and ``final`` (B,) = V(the whole row):
+    the value of the state after the row's last token, which a truncated episode
+    bootstraps from.
+    """
     out = critic(input_ids=input_ids, attention_mask=attention_mask).logits[..., 0].float()
     values = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
     values[:, 1:] = out[:, :-1]
-    return values
+    last = attention_mask.sum(-1).long() - 1
+    final = out.gather(1, last[:, None])[:, 0]
+    return values, final
 
 
 # --------------------------------------------------------------------------------------
@@ -317,19 +325,21 @@ class StarPOTrainer:
         keep, filter_metrics = algo.filter_groups(
             scores,
             index,
+            episode_ids=[tr.episode_id for tr in trajectories],  # a windowed episode counts once
             strategy=a.filter.strategy,
             value=a.filter.value,
             include_zero=a.filter.include_zero,
         )
         metrics.update({f"filter/{k}": float(v) for k, v in filter_metrics.items()})
-        # An episode whose very first prompt exceeded max_model_len has no tokens to train.
+        # An episode whose very first prompt overflowed max_model_len has no tokens to train.
         kept = [
             tr for tr, k in zip(trajectories, keep.tolist()) if k and tr.num_response_tokens > 0
         ]
         if not kept:
             self.logger.print(
-                f"step {step + 1}: no trainable trajectories (filtered out, or truncated before "
-                "their first response: raise rollout.max_model_len); skipping the update"
+                f"step {step + 1}: no trainable trajectories (filtered out, or the context "
+                "overflowed before their first response: raise rollout.max_model_len); "
+                "skipping the update"
             )
             return {**metrics, **timing, "actor/skipped_steps": 1.0}
         batch = self.prepare_batch(kept)
@@ -386,6 +396,17 @@ class StarPOTrainer:
         batch.token_level_scores = place_rewards(
             trajectories, scores, tuple(batch.input_ids.shape), a.reward_placement
         )
+        # the critic bootstraps V(s_end) where the return continues past the sample's end
+        # (env-side truncation, context overflow; the budgets when not terminal)
+        batch.bootstrap_mask = torch.tensor(
+            [float(tr.continues_after_end(a.budget_is_terminal)) for tr in trajectories]
+        )
+        batch.advantage_mask = batch.response_mask.clone()
+        if a.advantage_tokens == "response_and_turn_end":
+            for i, tr in enumerate(trajectories):
+                if tr.turn_close_mask:
+                    close = torch.tensor(tr.turn_close_mask, dtype=torch.float)
+                    batch.advantage_mask[i, : len(close)] += close
         return batch.to(self.device)
 
     def _micro_batches(self, batch: TrainingBatch, rows: Sequence[int] | None = None):
@@ -427,17 +448,21 @@ class StarPOTrainer:
 
     @torch.no_grad()
     def compute_values(self, batch: TrainingBatch) -> None:
-        """``batch.values``: the critic's V(prefix before token t) on response tokens."""
+        """``batch.values``: the critic's V(prefix before token t) on the advantage mask
+        (the response tokens, plus turn-close tokens under M_adv), and
+        ``batch.final_values``: V of each whole row, the bootstrap value."""
         values = torch.zeros_like(batch.response_mask)
+        final = torch.zeros(batch.size, device=values.device)
         self.critic.eval()
         for rows, mb in self._micro_batches(batch):
             with self.autocast:
-                values[rows, : mb.input_ids.shape[1]] = token_values(
-                    self.critic, mb.input_ids, mb.attention_mask
-                )
-        batch.values = values * batch.response_mask
+                v, f = token_values(self.critic, mb.input_ids, mb.attention_mask)
+            values[rows, : mb.input_ids.shape[1]] = v
+            final[rows] = f
+        batch.values = values * batch.advantage_mask
+        batch.final_values = final
 
-    def compute_advantages(self, batch: dict[str, torch.Tensor], metrics: dict[str, float]) -> None:
+    def compute_advantages(self, batch: TrainingBatch, metrics: dict[str, float]) -> None:
         a = self.cfg.algo
         rewards = batch.token_level_scores
         mask = batch.response_mask
@@ -453,6 +478,10 @@ class StarPOTrainer:
             values=batch.values,
             index=batch.index,
             turn_end_mask=batch.turn_end_mask,
+            advantage_mask=batch.advantage_mask,
+            bootstrap_value=(
+                None if batch.final_values is None else batch.final_values * batch.bootstrap_mask
+            ),
             gamma=a.gamma,
             lam=a.lam,
             gamma_turn=a.gamma_turn,
@@ -462,13 +491,16 @@ class StarPOTrainer:
         )
         if a.whiten_advantages:
             advantages = algo.masked_whiten(advantages, mask)
+        # the policy trains on sampled ids (M_loss); the critic fits returns wherever the
+        # recursion ran (M_adv), so turn-close values are learned, not left at init
         batch.advantages = advantages * mask
-        batch.returns = returns * mask
+        batch.returns = returns * batch.advantage_mask
         metrics["actor/advantage_mean"] = float(algo.masked_mean(advantages, mask))
         metrics["actor/advantage_abs_max"] = float((advantages.abs() * mask).max())
+        metrics["actor/bootstrapped_frac"] = float(batch.bootstrap_mask.mean())
         if batch.values is not None:
             metrics["critic/explained_variance"] = float(
-                algo.explained_variance(batch.values, batch.returns, mask)
+                algo.explained_variance(batch.values, batch.returns, batch.advantage_mask)
             )
             metrics["critic/value_mean"] = float(algo.masked_mean(batch.values, mask))
 
@@ -488,10 +520,10 @@ class StarPOTrainer:
                 rows = perm[start : start + a.ppo_mini_batch_size]
                 micros = self._micro_batches(batch, rows)
                 pad_fracs.append(padding_fraction(lengths, [ids for ids, _ in micros]))
-                for k, v in self._actor_minibatch(micros).items():
+                for k, v in self._actor_minibatch(batch, rows, micros).items():
                     sums[k].append(v)
                 if self.critic is not None:
-                    for k, v in self._critic_minibatch(micros).items():
+                    for k, v in self._critic_minibatch(batch, rows, micros).items():
                         sums[k].append(v)
         out = {}
         for k, values in sums.items():
@@ -506,15 +538,21 @@ class StarPOTrainer:
         out["perf/padding_fraction"] = float(np.mean(pad_fracs))
         return out
 
-    def _weights(self, micros) -> tuple[list[float], str]:
-        """Each micro-batch's share of the minibatch loss, so accumulation equals one big batch."""
-        mode = self.cfg.algo.loss_agg_mode
-        if mode == "token-mean":
-            counts = [float(mb.response_mask.sum()) for _, mb in micros]
-        else:  # seq-mean-*: every sequence weighs the same
-            counts = [float(mb.size) for _, mb in micros]
-        total = sum(counts) or 1.0
-        return [c / total for c in counts], mode
+    @property
+    def loss_norm_constant(self) -> int:
+        """Dr.GRPO's fixed normalizer (``seq-mean-token-sum-norm``): ``algo.loss_norm_constant``,
+        or the response budget of one sample, max_new_tokens x the turns a sample holds."""
+        a, r = self.cfg.algo, self.cfg.rollout
+        if a.loss_norm_constant is not None:
+            return int(a.loss_norm_constant)
+        return r.max_new_tokens * (r.max_turns if r.context_window is None else 1)
+
+    def _denominator(self, mask: torch.Tensor) -> float:
+        """The minibatch-wide denominator of the loss over ``mask`` (rows x T): every
+        micro-batch divides by it, so their losses add up to the minibatch loss in every
+        ``loss_agg_mode`` (``ragen.algo.losses.agg_denominator``)."""
+        a = self.cfg.algo
+        return algo.agg_denominator(mask, a.loss_agg_mode, self.loss_norm_constant)
 
     def _optimizer_step(self, model, optimizer, prefix: str) -> dict[str, float]:
         a = self.cfg.algo
@@ -532,15 +570,18 @@ class StarPOTrainer:
             optimizer.zero_grad(set_to_none=True)
         return {f"{prefix}/grad_norm": grad_norm, f"{prefix}/skipped_steps": float(skip)}
 
-    def _actor_minibatch(self, micros) -> dict[str, float]:
+    def _actor_minibatch(self, batch: TrainingBatch, rows: list[int], micros) -> dict[str, float]:
+        """One optimizer step on minibatch ``rows``, accumulated over ``micros``."""
         a = self.cfg.algo
         temperature = self.cfg.rollout.temperature
-        weights, mode = self._weights(micros)
+        mode, norm = a.loss_agg_mode, self.loss_norm_constant
+        denom = self._denominator(batch.response_mask[rows])
+        total_tokens = float(batch.response_mask[rows].sum()) or 1.0
         self.actor.train()
         stats: dict[str, float] = defaultdict(float)
-        entropy_sum, token_count = 0.0, 0.0
-        for (_, mb), w in zip(micros, weights):
+        for _, mb in micros:
             mask = mb.response_mask
+            share = float(mask.sum()) / total_tokens  # this micro-batch's share of tokens
             with self.autocast:
                 log_prob, entropy = token_log_probs(
                     self.actor,
@@ -559,47 +600,55 @@ class StarPOTrainer:
                 clip_ratio_high=a.clip_ratio_high,
                 clip_ratio_c=a.clip_ratio_c,
                 loss_agg_mode=mode,
+                norm_constant=norm,
+                denominator=denom,
             )
-            entropy_term = algo.agg_loss(entropy, mask, mode)
+            entropy_term = algo.agg_loss(entropy, mask, mode, norm, denominator=denom)
             loss = pg_loss - a.entropy_coef * entropy_term
             if a.kl_coef > 0 and not a.kl_in_reward:
                 kl = algo.kl_penalty(log_prob, mb.ref_log_prob, a.kl_type)
-                kl_term = algo.agg_loss(kl, mask, mode)
+                kl_term = algo.agg_loss(kl, mask, mode, norm, denominator=denom)
                 loss = loss + a.kl_coef * kl_term
-                stats["actor/kl_loss"] += w * float(kl_term.detach())
-            (loss * w).backward()
-            stats["actor/pg_loss"] += w * float(pg_loss.detach())
-            stats["actor/entropy_loss"] += w * float(entropy_term.detach())
+                stats["actor/kl_loss"] += float(kl_term.detach())
+            loss.backward()
+            # losses are parts of the minibatch loss already: they add up
+            stats["actor/pg_loss"] += float(pg_loss.detach())
+            stats["actor/entropy_loss"] += float(entropy_term.detach())
             # the logged entropy is a plain token mean whatever the loss aggregation, so
             # curves of algorithms with different loss_agg_mode compare directly
-            entropy_sum += float((entropy.detach() * mask).sum())
-            token_count += float(mask.sum())
-            for k, v in pg_metrics.items():
-                stats[f"actor/{k}"] += w * float(v)
-        stats["actor/entropy"] = entropy_sum / max(token_count, 1.0)
+            stats["actor/entropy"] += float((entropy.detach() * mask).sum()) / total_tokens
+            for k, v in pg_metrics.items():  # token means within the micro-batch
+                stats[f"actor/{k}"] += share * float(v)
         stats.update(self._optimizer_step(self.actor, self.actor_opt, "actor"))
         return dict(stats)
 
-    def _critic_minibatch(self, micros) -> dict[str, float]:
+    def _critic_minibatch(self, batch: TrainingBatch, rows: list[int], micros) -> dict[str, float]:
+        """One critic optimizer step on minibatch ``rows``: the value loss over the tokens
+        the advantage recursion ran on (``advantage_mask``)."""
         a = self.cfg.algo
-        weights, mode = self._weights(micros)
+        mode, norm = a.loss_agg_mode, self.loss_norm_constant
+        denom = self._denominator(batch.advantage_mask[rows])
+        total_tokens = float(batch.advantage_mask[rows].sum()) or 1.0
         self.critic.train()
         stats: dict[str, float] = defaultdict(float)
-        for (_, mb), w in zip(micros, weights):
+        for _, mb in micros:
             with self.autocast:
-                vpreds = token_values(self.critic, mb.input_ids, mb.attention_mask)
+                vpreds, _ = token_values(self.critic, mb.input_ids, mb.attention_mask)
             loss, v_metrics = algo.value_loss(
                 vpreds=vpreds,
                 returns=mb.returns,
                 old_values=mb.values,
-                response_mask=mb.response_mask,
+                response_mask=mb.advantage_mask,
                 cliprange_value=a.value_clip,
                 loss_agg_mode=mode,
+                norm_constant=norm,
+                denominator=denom,
             )
-            (loss * w).backward()
-            stats["critic/value_loss"] += w * float(loss.detach())
+            loss.backward()
+            stats["critic/value_loss"] += float(loss.detach())
+            share = float(mb.advantage_mask.sum()) / total_tokens
             for k, v in v_metrics.items():
-                stats[f"critic/{k}"] += w * float(v)
+                stats[f"critic/{k}"] += share * float(v)
         stats.update(self._optimizer_step(self.critic, self.critic_opt, "critic"))
         return dict(stats)
 
