@@ -1,4 +1,4 @@
-"""No function in ragen.algo modifies its inputs in place (DESIGN.md section 7)."""
+"""No function in ragen.algo modifies its inputs in place (docs/ARCHITECTURE.md, "Pitfalls")."""
 
 from __future__ import annotations
 

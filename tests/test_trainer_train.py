@@ -62,6 +62,8 @@ def test_train_each_env_and_algo(tiny_model_dir, tmp_path, env, algo):
     ):
         assert key in lines[-1], key
     assert ("critic/value_loss" in lines[-1]) == (algo != "grpo")
+    # the context stayed token-exact with the tiny model's ChatML template
+    assert lines[-1]["rollout/context_inexact"] == 0 == lines[-1]["rollout/context_fallbacks"]
     assert (run / "config.yaml").exists() and list((run / "trajectories").glob("*.jsonl"))
     assert list((run / "tensorboard").iterdir())
     ckpt = run / "checkpoints" / "step_000002"

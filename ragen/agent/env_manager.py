@@ -4,7 +4,7 @@
   returns are comparable: the group baseline of GRPO, the reward std of StarPO-S).
 * Each member still draws its own stochastic outcomes: ``env.reset(seed, rng_seed=r)``
   with ``r = derive_seed(manager_seed, "member", seed, member)``, distinct per member
-  (DESIGN.md sec. 7: stochastic rewards must not be shared by a whole group).
+  (docs/ARCHITECTURE.md, "Pitfalls": stochastic rewards must not be shared by a whole group).
 * Training seeds advance every step and come from ``[0, VAL_SEED_START)``;
   validation seeds come from the disjoint fixed range ``[VAL_SEED_START, 2*VAL_SEED_START)``.
 

@@ -39,7 +39,7 @@ from .trajectory import Trajectory, TurnRecord
 
 @dataclass
 class RolloutConfig:
-    """Knobs of a rollout (defaults: RAGEN v1, DESIGN.md sec. 5).
+    """Knobs of a rollout (defaults: RAGEN v1, docs/ARCHITECTURE.md "Paper defaults").
 
     The one definition of them: ``ragen train``'s ``rollout.*`` section is this class,
     and eval, SFT and the demo build one. ``env_groups``/``group_size`` size the

@@ -15,7 +15,7 @@ Layout of one checkpoint (``run_dir/checkpoints/step_000123/``)::
     train_config.json    the resolved training config (for compatibility checks)
     manifest.json        written LAST: size + sha256 of every file above
 
-Why this shape (DESIGN.md section 7: "checkpoints only in a distributed-shard format
+Why this shape (docs/ARCHITECTURE.md, "Pitfalls": "checkpoints only in a distributed-shard format
 users cannot load"): every model lives in plain HF safetensors format, so evaluation,
 export and sharing need nothing but ``transformers``.
 

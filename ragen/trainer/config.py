@@ -4,7 +4,7 @@
 
 Resolution order (later wins):
 
-1. the defaults of the dataclasses below (paper defaults, DESIGN.md section 5);
+1. the defaults of the dataclasses below (paper defaults, docs/ARCHITECTURE.md "Paper defaults");
 2. the ``model`` preset (``ragen/configs/model/<name>.yaml``; any other value is a
    model path or hub id and sets ``model.path``);
 3. the ``env`` preset (``ragen/configs/env/<name>.yaml`` if present, otherwise any

@@ -1,6 +1,6 @@
 """The StarPO training loop (RAGEN), with StarPO-S and TRICO as configurations of it.
 
-One step, top to bottom (DESIGN.md section 2)::
+One step, top to bottom (docs/ARCHITECTURE.md draws it as data)::
 
     rollout (training seeds, env_groups x group_size, <= max_turns)
       -> scores (episode reward incl. format shaping) -> StarPO-S group filter (raw scores)
@@ -315,10 +315,13 @@ class StarPOTrainer:
             f"rollout/{k}": v
             for k, v in rollout_metrics(trajectories, self.cfg.rollout.group_size).items()
         }
+        # token-exactness checks of the context: both should stay 0 (docs/ROLLOUT.md)
+        for key in ("context_inexact", "context_fallbacks"):
+            metrics[f"rollout/{key}"] = float(result.stats.get(key, 0.0))
         if t.save_trajectories:
             self.logger.log_trajectories(step + 1, [tr.to_json() for tr in trajectories])
 
-        # StarPO-S filter on RAW episode scores (never on normalized ones: DESIGN.md sec. 7)
+        # StarPO-S filter on RAW episode scores (never on normalized ones: docs/ARCHITECTURE.md, "Pitfalls")
         tic = time.perf_counter()
         scores = torch.tensor([tr.episode_reward for tr in trajectories], dtype=torch.float32)
         index = torch.tensor([tr.group_id for tr in trajectories], dtype=torch.long)
