@@ -54,6 +54,10 @@ class EnvConfigError(RagenError, TypeError):
     """An option an environment does not accept (``ragen envs`` lists each env's options)."""
 
 
+class MissingDependencyError(RagenError, ImportError):
+    """An optional dependency is not installed; the message names the pip extra."""
+
+
 class EnvContractError(RagenError, AssertionError):
     """An environment that breaks the ``Env`` contract (``ragen.envs.checker``)."""
 

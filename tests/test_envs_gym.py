@@ -8,6 +8,7 @@ import pytest
 
 from ragen.envs import make
 from ragen.envs.gym_adapter import GymEnv, MissingDependencyError, ansi_to_text
+from ragen.errors import RagenError
 
 gym = pytest.importorskip("gymnasium")
 
@@ -123,4 +124,4 @@ def test_missing_gymnasium_gives_an_install_hint(monkeypatch):
     monkeypatch.setitem(sys.modules, "gymnasium", None)  # makes `import gymnasium` fail
     with pytest.raises(MissingDependencyError, match=r"pip install 'ragen\[gym\]'") as err:
         make("gym_taxi")
-    assert isinstance(err.value, ImportError) and isinstance(err.value, RuntimeError)
+    assert isinstance(err.value, ImportError) and isinstance(err.value, RagenError)

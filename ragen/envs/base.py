@@ -44,13 +44,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ragen.errors import EnvContractError
+
 #: ``(observation, reward, terminated, truncated, info)``
 StepResult = tuple[str, float, bool, bool, dict[str, Any]]
 
 _STEP_FIELDS = "(obs, reward, terminated, truncated, info)"
 
 
-class StepResultError(TypeError):
+class StepResultError(EnvContractError, TypeError):
     """``step``/``_step`` returned something other than the 5-tuple of the contract."""
 
 

@@ -33,6 +33,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from ragen.errors import EnvContractError
+
 from .base import Env, StepResultError, check_step_result
 
 REQUIRED_INFO_KEYS = ("action_is_valid", "action_is_effective", "success")
@@ -50,7 +52,7 @@ _FIXED_GARBAGE = (
 )
 
 
-class EnvCheckError(AssertionError):
+class EnvCheckError(EnvContractError):
     """The environment breaks a rule of the contract (the message names it)."""
 
 

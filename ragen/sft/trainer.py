@@ -86,7 +86,10 @@ def make_expert_data(tokenizer, cfg: SFTConfig) -> list[Trajectory]:
     if cfg.only_successful:
         data = [t for t in data if t.success]
     if not data:
-        raise RuntimeError(f"no expert trajectories for env {cfg.env!r}; try only_successful=false")
+        raise UsageError(
+            f"no expert trajectories for env {cfg.env!r}: the expert solved none of "
+            f"{cfg.episodes} episodes. Fix: only_successful=false, or a lower epsilon"
+        )
     return data
 
 

@@ -371,7 +371,9 @@ def _import_wandb(spec: Mapping[str, Any]):
     try:
         import wandb
     except ImportError:
-        raise RuntimeError(
+        from ragen.errors import MissingDependencyError
+
+        raise MissingDependencyError(
             "W&B logging was requested but wandb is not installed: pip install 'ragen[wandb]' "
             "(or turn W&B off, e.g. trainer.wandb=false)"
         ) from None
