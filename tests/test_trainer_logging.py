@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from ragen.errors import MissingDependencyError
 from ragen.trainer.metrics_logger import MetricsLogger, read_metrics
 
 STEP_METRICS = {
@@ -173,6 +174,6 @@ def test_wandb_missing_is_one_clear_error(tmp_path, monkeypatch):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_wandb)
-    with pytest.raises(RuntimeError, match=r"pip install 'ragen\[wandb\]'"):
+    with pytest.raises(MissingDependencyError, match=r"pip install 'ragen\[wandb\]'"):
         quiet_logger(tmp_path, wandb={"project": "p", "mode": "offline"})
     quiet_logger(tmp_path, wandb={"mode": "disabled"}).close()  # disabled needs no wandb

@@ -5,8 +5,15 @@
 * Each member still draws its own stochastic outcomes: ``env.reset(seed, rng_seed=r)``
   with ``r = derive_seed(manager_seed, "member", seed, member)``, distinct per member
   (docs/ARCHITECTURE.md, "Pitfalls": stochastic rewards must not be shared by a whole group).
-* Training seeds advance every step and come from ``[0, VAL_SEED_START)``;
-  validation seeds come from the disjoint fixed range ``[VAL_SEED_START, 2*VAL_SEED_START)``.
+
+Held out means held out. Disjoint seed ranges are not enough: two seeds can generate
+the same room. The split is therefore on the initial STATE: an env's ``state_key()``
+(its canonical state right after reset) is hashed, and one state in
+:data:`HELD_OUT_EVERY` is a validation state. Training seeds (``[0, VAL_SEED_START)``,
+drawn per step and group) skip every validation state; validation seeds
+(``[VAL_SEED_START, 2 * VAL_SEED_START)``, a fixed list) keep only validation states.
+No training, SFT or validation-seed draw can cross, whatever the env config. Envs whose
+``state_key()`` is None (the bandit, gymnasium envs) are split by seed range alone.
 
 Index of environment ``(group g, member m)`` in ``envs``: ``g * group_size + m``.
 """
@@ -19,8 +26,18 @@ from typing import Any
 
 from ragen.envs import make
 from ragen.envs.base import Env, derive_seed
+from ragen.errors import UsageError
 
 VAL_SEED_START = 10**9  # validation seeds start here; training seeds stay below
+HELD_OUT_EVERY = 8  # one initial state in 8 (by hash) is a validation state
+# draws tried before concluding that an env has too few distinct initial states to split
+MAX_DRAWS = 10_000
+
+
+def is_held_out(state_key: str) -> bool:
+    """Whether the initial state described by ``state_key`` belongs to validation: a
+    process-independent hash, so every run and machine agrees."""
+    return derive_seed("held-out", state_key) % HELD_OUT_EVERY == 0
 
 
 class EnvStateManager:
@@ -59,31 +76,75 @@ class EnvStateManager:
             factory(**self.env_config) for _ in range(self.env_groups * self.group_size)
         ]
         self.group_seeds: list[int] = []
+        self._probe = factory(**self.env_config)  # resets candidate seeds, plays nothing
+        self._validation: list[int] = []  # validation seeds found so far, in order
+        self._next_val_candidate = VAL_SEED_START
 
     @property
     def num_envs(self) -> int:
         return len(self.envs)
 
     # -- seeds ----------------------------------------------------------------------
+    def held_out(self, seed: int) -> bool | None:
+        """Whether ``seed``'s initial state is a validation state (None: the env has no
+        state split, see the module docstring)."""
+        self._probe.reset(seed)
+        key = self._probe.state_key()
+        return None if key is None else is_held_out(key)
+
     def seeds_for_step(self, step: int) -> list[int]:
-        """Training initial-state seeds of batch ``step``: fresh every step, below the
-        validation range. ``seeds_for_step(s)`` is a pure function of ``(seed, s)``."""
+        """Training initial-state seeds of batch ``step``, a pure function of
+        ``(seed, step)``: group g takes the first draw
+        ``derive_seed("train", seed, step, g, attempt) mod VAL_SEED_START`` whose initial
+        state is not a validation state."""
         if step < 0:
             raise ValueError(f"step must be >= 0, got {step}")
-        # Offset by the manager seed so two runs with different seeds see different rooms.
-        base = (
-            derive_seed("train-offset", self.seed) % (VAL_SEED_START // 2)
-        ) + step * self.env_groups
-        seeds = [(base + g) % VAL_SEED_START for g in range(self.env_groups)]
-        assert all(0 <= s < VAL_SEED_START for s in seeds)
+        seeds = []
+        for g in range(self.env_groups):
+            for attempt in range(MAX_DRAWS):
+                seed = derive_seed("train", self.seed, step, g, attempt) % VAL_SEED_START
+                if not self.held_out(seed):
+                    seeds.append(seed)
+                    break
+            else:
+                raise self._too_few_states("training")
         return seeds
 
     def validation_seeds(self, n_groups: int | None = None, offset: int = 0) -> list[int]:
-        """Fixed validation seeds ``VAL_SEED_START + offset + g``, disjoint from training."""
+        """Validation seeds ``offset .. offset + n - 1`` of the fixed validation list: the
+        seeds from ``VAL_SEED_START`` on, in order, whose initial state is a validation
+        state (every seed of the range when the env has no state split)."""
         n = self.env_groups if n_groups is None else int(n_groups)
-        seeds = [VAL_SEED_START + offset + g for g in range(n)]
-        assert all(VAL_SEED_START <= s < 2 * VAL_SEED_START for s in seeds)
-        return seeds
+        if offset < 0 or n < 0:
+            raise UsageError(
+                f"validation seeds need offset >= 0 and a count >= 0, got offset={offset}, "
+                f"n={n}. Fix: --seed-offset 0 (or another non-negative number)"
+            )
+        misses = 0
+        while len(self._validation) < offset + n:
+            seed = self._next_val_candidate
+            if seed >= 2 * VAL_SEED_START:
+                raise UsageError(
+                    f"offset {offset} + {n} runs past the validation range. Fix: a smaller "
+                    "--seed-offset"
+                )
+            self._next_val_candidate += 1
+            if self.held_out(seed) is False:
+                misses += 1
+                if misses >= MAX_DRAWS:
+                    raise self._too_few_states("validation")
+                continue
+            misses = 0
+            self._validation.append(seed)
+        return self._validation[offset : offset + n]
+
+    def _too_few_states(self, split: str) -> UsageError:
+        return UsageError(
+            f"{self.env_name}: {MAX_DRAWS} seeds in a row gave no {split} state; the env has "
+            "too few distinct initial states to hold 1 in "
+            f"{HELD_OUT_EVERY} out. Fix: make its state_key() return None (split by seed "
+            "range only), or widen its state space (env.config)"
+        )
 
     def member_rng_seed(self, seed: int, member: int) -> int:
         """The dynamics seed of member ``member`` of the group started from ``seed``."""
@@ -110,5 +171,5 @@ class EnvStateManager:
         return index // self.group_size
 
     def close(self) -> None:
-        for env in self.envs:
+        for env in [*self.envs, self._probe]:
             env.close()

@@ -143,6 +143,11 @@ class BanditEnv(Env):
             f"'{self.shown[0]}'."
         )
 
+    def state_key(self) -> None:
+        """No state split: the bandit has only a few initial states (two names in two
+        orders); its held-out test is other arm names (``val_config``), not other states."""
+        return None
+
     def render(self, mode: str = "text") -> str | np.ndarray:
         if mode != "text":
             raise self._unsupported_mode(mode)

@@ -167,6 +167,19 @@ class Env(ABC):
         """The discrete action vocabulary, or None for free-form actions (e.g. expressions)."""
         return None
 
+    def state_key(self) -> str | None:
+        """A canonical description of the current state; read right after ``reset`` to
+        split INITIAL STATES (not seeds) between training and validation, so that no
+        validation state is ever trained on (``ragen.agent.env_manager``).
+
+        Default: the text observation, which is the whole state of a fully observed env
+        (the grids, countdown). Return None when the state cannot be split this way (a
+        handful of initial states, or a state the text does not show): then only the
+        seed ranges separate training from validation.
+        """
+        text = self.render("text")
+        return text if isinstance(text, str) else None
+
     def oracle_action(self) -> str | None:
         """The solver's next action from the current state, or None when unknown."""
         return None

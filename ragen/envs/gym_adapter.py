@@ -197,6 +197,11 @@ class GymEnv(Env):
             "text.\nAnswer with one or more of: " + ", ".join(self._names) + "."
         )
 
+    def state_key(self) -> None:
+        """No state split: many gymnasium envs start from one fixed state, and their
+        text rendering need not show the whole state; the seed ranges separate the splits."""
+        return None
+
     def render(self, mode: str = "text") -> str | np.ndarray:
         if mode == "text":
             return self._text

@@ -27,6 +27,8 @@ from ragen.errors import ConfigError, UsageError
 from ragen.models.loading import quiet_transformers
 from ragen.trainer.batching import TrainingBatch, collate, micro_batches
 
+SFT_SEED_STEP = 10_000_000  # the training-seed step SFT's expert episodes start from
+
 
 @dataclass
 class SFTConfig:
@@ -79,8 +81,9 @@ def make_expert_data(tokenizer, cfg: SFTConfig) -> list[Trajectory]:
         seed=cfg.seed,
         tokenizer=tokenizer,
     )
-    # SFT seeds come from the far end of the training range (never the validation range).
-    seeds = manager.seeds_for_step(10_000_000)
+    # SFT episodes are training states (never validation states), drawn as a step that
+    # no RL run reaches
+    seeds = manager.seeds_for_step(SFT_SEED_STEP)
     result = run_rollout(policy, manager, replace(cfg.rollout, seed=cfg.seed), seeds)
     data = [t for t in result.trajectories if t.num_response_tokens > 0]
     if cfg.only_successful:
