@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import hashlib
 import inspect
 import json
 import os
@@ -47,6 +46,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ragen.checkpoint_verify import file_problems, sha256_file
 from ragen.errors import CheckpointError
 
 FORMAT_NAME = "ragen-checkpoint"
@@ -207,24 +207,7 @@ class CheckpointManager:
         cached = self._verified.get(folder.resolve())
         if cached is not None and cached[0] == fingerprint and fingerprint is not None:
             return cached[1]
-        problems = []
-        for rel, expect in files.items():
-            file = folder / rel
-            if not file.is_file():
-                problems.append(f"{rel} is missing")
-                continue
-            size = file.stat().st_size
-            if size != expect["size"]:
-                problems.append(f"{rel} has {size} bytes, manifest says {expect['size']}")
-                continue
-            if self.verify_mode == "sha256":
-                try:
-                    digest = _sha256(file)
-                except OSError as err:
-                    problems.append(f"{rel} is unreadable ({err})")
-                    continue
-                if digest != expect["sha256"]:
-                    problems.append(f"{rel} sha256 mismatch (file changed or corrupt)")
+        problems = file_problems(folder, files, self.verify_mode)
         if problems:
             shown = "; ".join(problems[:5]) + (
                 f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
@@ -690,14 +673,7 @@ def _to_json(value: Any, what: str) -> str:
         ) from None
 
 
-def _sha256(file: Path, fsync: bool = False) -> str:
-    digest = hashlib.sha256()
-    with open(file, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-        if fsync:
-            os.fsync(f.fileno())
-    return digest.hexdigest()
+_sha256 = sha256_file  # shared with the loaders' check (ragen.checkpoint_verify)
 
 
 def _describe_files(folder: Path) -> dict[str, dict]:
