@@ -310,6 +310,31 @@ class CheckpointManager:
         self._prune(keep=final)
         return final
 
+    def move_after(self, step: int, dest: str | Path) -> list[Path]:
+        """Move every checkpoint later than ``step`` (complete or ``.tmp``) into ``dest``.
+
+        For resuming from an earlier checkpoint: the later ones are superseded but kept
+        (never deleted), and the resumed run can save those step numbers again. Returns
+        the new paths, oldest first.
+        """
+        if not self.root.is_dir():
+            return []
+        later = []
+        for child in self.root.iterdir():
+            match = _STEP_DIR.match(child.name) or _TMP_DIR.match(child.name)
+            if match and child.is_dir() and int(match.group(1)) > step:
+                later.append((int(match.group(1)), child))
+        moved = []
+        for _, folder in sorted(later):
+            Path(dest).mkdir(parents=True, exist_ok=True)
+            target = Path(dest) / folder.name
+            os.replace(folder, target)  # same file system: a rename, instant and atomic
+            self._verified.pop(folder.resolve(), None)
+            moved.append(target)
+        if moved:
+            _fsync_dir(self.root)
+        return moved
+
     def _prune(self, keep: Path) -> None:
         if self.keep_last is None:
             return
