@@ -296,6 +296,11 @@ def resolve_source(
                 "`ragen models create-tiny --out DIR`"
             )
             raise ModelLoadError(f"{path} has no config.json, so it is not a model folder; {hint}")
+        # a checkpoint's model is checked against its manifest, any folder's safetensors
+        # against their headers: corrupt weights must not load silently or as a traceback
+        from ragen.checkpoint_verify import verify_model_folder
+
+        verify_model_folder(path)
         return str(path), None, True
     if path.exists():
         raise ModelLoadError(

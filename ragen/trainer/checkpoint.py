@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import hashlib
 import inspect
 import json
 import os
@@ -47,6 +46,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ragen.checkpoint_verify import file_problems, sha256_file
 from ragen.errors import CheckpointError
 
 FORMAT_NAME = "ragen-checkpoint"
@@ -207,24 +207,7 @@ class CheckpointManager:
         cached = self._verified.get(folder.resolve())
         if cached is not None and cached[0] == fingerprint and fingerprint is not None:
             return cached[1]
-        problems = []
-        for rel, expect in files.items():
-            file = folder / rel
-            if not file.is_file():
-                problems.append(f"{rel} is missing")
-                continue
-            size = file.stat().st_size
-            if size != expect["size"]:
-                problems.append(f"{rel} has {size} bytes, manifest says {expect['size']}")
-                continue
-            if self.verify_mode == "sha256":
-                try:
-                    digest = _sha256(file)
-                except OSError as err:
-                    problems.append(f"{rel} is unreadable ({err})")
-                    continue
-                if digest != expect["sha256"]:
-                    problems.append(f"{rel} sha256 mismatch (file changed or corrupt)")
+        problems = file_problems(folder, files, self.verify_mode)
         if problems:
             shown = "; ".join(problems[:5]) + (
                 f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
@@ -326,6 +309,31 @@ class CheckpointManager:
         self._verified.pop(final.resolve(), None)
         self._prune(keep=final)
         return final
+
+    def move_after(self, step: int, dest: str | Path) -> list[Path]:
+        """Move every checkpoint later than ``step`` (complete or ``.tmp``) into ``dest``.
+
+        For resuming from an earlier checkpoint: the later ones are superseded but kept
+        (never deleted), and the resumed run can save those step numbers again. Returns
+        the new paths, oldest first.
+        """
+        if not self.root.is_dir():
+            return []
+        later = []
+        for child in self.root.iterdir():
+            match = _STEP_DIR.match(child.name) or _TMP_DIR.match(child.name)
+            if match and child.is_dir() and int(match.group(1)) > step:
+                later.append((int(match.group(1)), child))
+        moved = []
+        for _, folder in sorted(later):
+            Path(dest).mkdir(parents=True, exist_ok=True)
+            target = Path(dest) / folder.name
+            os.replace(folder, target)  # same file system: a rename, instant and atomic
+            self._verified.pop(folder.resolve(), None)
+            moved.append(target)
+        if moved:
+            _fsync_dir(self.root)
+        return moved
 
     def _prune(self, keep: Path) -> None:
         if self.keep_last is None:
@@ -690,14 +698,7 @@ def _to_json(value: Any, what: str) -> str:
         ) from None
 
 
-def _sha256(file: Path, fsync: bool = False) -> str:
-    digest = hashlib.sha256()
-    with open(file, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-        if fsync:
-            os.fsync(f.fileno())
-    return digest.hexdigest()
+_sha256 = sha256_file  # shared with the loaders' check (ragen.checkpoint_verify)
 
 
 def _describe_files(folder: Path) -> dict[str, dict]:

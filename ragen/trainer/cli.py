@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def add_parser(subparsers) -> None:
@@ -34,7 +35,12 @@ def run(args: argparse.Namespace) -> int:
     if args.print_config:
         print(to_yaml(cfg))
         return 0
-    from .starpo import train
+    from .starpo import TrainingInterrupted, train
 
-    train(cfg)
+    try:
+        train(cfg, argv=args.overrides)
+    except TrainingInterrupted as stop:
+        # the message holds what was saved and the exact command that resumes
+        print(str(stop), file=sys.stderr, flush=True)
+        return stop.exit_code  # 130 after SIGINT, 143 after SIGTERM
     return 0

@@ -174,7 +174,10 @@ class TrainerSection:
     val_every: int = 10  # 0 disables periodic validation
     val_groups: int = 32  # validation episodes (fixed, disjoint seeds)
     val_temperature: float = 0.5
-    save_trajectories: bool = True
+    save_trajectories: bool = True  # trajectories/step_N.jsonl (and val_step_N.jsonl)
+    # stop with an error after this many consecutive steps that trained nothing (context
+    # overflow on every episode, or a filter that keeps no group); 0 never stops
+    max_consecutive_skipped_steps: int = 3
     console: bool = True
     tensorboard: bool = True
     wandb: bool = False
@@ -386,6 +389,7 @@ def _check_ranges(cfg: TrainConfig) -> None:
     for key, value in (
         ("trainer.save_every", t.save_every),
         ("trainer.val_every", t.val_every),
+        ("trainer.max_consecutive_skipped_steps", t.max_consecutive_skipped_steps),
         ("model.warmup_steps", m.warmup_steps),
         ("model.lora.rank", m.lora.rank),
     ):

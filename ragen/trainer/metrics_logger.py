@@ -6,6 +6,7 @@ Files in the run folder::
                                  {"step": 12, "time": 1718000000.123, "rollout/success_rate": 0.25, ...}
     tensorboard/                 TensorBoard event files (scalars named like ``val/success_rate``)
     trajectories/step_000012.jsonl   one JSON object per trajectory record
+    trajectories/val_step_000012.jsonl   the same for the validation rollout of that step
     wandb/, wandb_run_id.txt     only with W&B enabled (the id lets a resumed run continue it)
 
 Conventions (read by :func:`read_metrics`, the plots and the HTML report):
@@ -42,7 +43,9 @@ TRAJECTORY_DIR = "trajectories"
 TENSORBOARD_DIR = "tensorboard"
 WANDB_ID_FILE = "wandb_run_id.txt"
 _RESERVED = ("step", "time")
-_TRAJ_FILE = re.compile(r"^step_(\d+)\.jsonl$")
+# training (step_N) and validation (val_step_N) trajectory files
+_TRAJ_FILE = re.compile(r"^(?:val_)?step_(\d+)\.jsonl$")
+TRAJECTORY_KINDS = ("step", "val_step")
 
 # What the console shows: (label, candidate metric names). The first candidate present
 # in a step's metrics is shown; a candidate also matches a metric that merely ends with
@@ -54,6 +57,10 @@ DEFAULT_CONSOLE_KEYS: list[tuple[str, list[str]]] = [
     ("ent", ["actor/entropy", "entropy"]),
     ("gnorm", ["actor/grad_norm_max", "grad_norm_max", "actor/grad_norm"]),
     ("val", ["val/success_rate"]),
+    # episodes ended by max_model_len, and by the env's own step limit: a run whose
+    # contexts overflow shows it at once instead of only in metrics.jsonl
+    ("ctx_trunc", ["rollout/truncation_rate"]),
+    ("env_trunc", ["rollout/env_truncation_rate"]),
 ]
 
 
@@ -157,16 +164,19 @@ class MetricsLogger:
         if self._progress is not None or self._console is not None:
             self._update_console(step, values, now, step_seconds)
 
-    def log_trajectories(self, step: int, records: list[Any]) -> Path:
-        """Write ``run_dir/trajectories/step_XXXXXX.jsonl`` (one record per line) and return it.
+    def log_trajectories(self, step: int, records: list[Any], kind: str = "step") -> Path:
+        """Write ``run_dir/trajectories/<kind>_XXXXXX.jsonl`` (one record per line) and return it.
 
+        ``kind``: ``"step"`` for training rollouts, ``"val_step"`` for validation ones.
         Records are dicts (or dataclasses / objects with ``to_json()``); tensors and numpy
         values become lists/numbers, non-finite floats become ``null``.
         """
         self._check_open()
+        if kind not in TRAJECTORY_KINDS:
+            raise ValueError(f"kind must be one of {TRAJECTORY_KINDS}, got {kind!r}")
         folder = self.run_dir / TRAJECTORY_DIR
         folder.mkdir(exist_ok=True)
-        path = folder / f"step_{step:06d}.jsonl"
+        path = folder / f"{kind}_{step:06d}.jsonl"
         tmp = path.with_name(path.name + ".tmp")
         with open(tmp, "w", encoding="utf-8") as f:
             for record in records:
@@ -327,6 +337,54 @@ def _truncate_metrics(path: Path, start_step: int) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("".join(kept), encoding="utf-8")
     os.replace(tmp, path)
+
+
+def move_logs_after(run_dir: str | Path, step: int, dest: str | Path) -> list[str]:
+    """Move the logs of steps after ``step`` from ``run_dir`` into ``dest`` (never delete).
+
+    ``metrics.jsonl`` lines with ``step > step`` go to ``dest/metrics.jsonl`` (the rest
+    stay), trajectory files after ``step`` to ``dest/trajectories/``, and TensorBoard
+    (which cannot split its event files) is copied whole to ``dest/tensorboard/``; the
+    resumed run's logger then purges the later events from the live copy. Returns the
+    names of what was moved or copied.
+    """
+    run_dir, dest = Path(run_dir), Path(dest)
+    moved = []
+    metrics = run_dir / METRICS_FILE
+    if metrics.is_file():
+        later = [
+            line + "\n"
+            for line in metrics.read_text(encoding="utf-8").splitlines()
+            if (number := _line_step(line)) is not None and number > step
+        ]
+        if later:
+            dest.mkdir(parents=True, exist_ok=True)
+            (dest / METRICS_FILE).write_text("".join(later), encoding="utf-8")
+            _truncate_metrics(metrics, step)
+            moved.append(METRICS_FILE)
+    traj = run_dir / TRAJECTORY_DIR
+    if traj.is_dir():
+        for file in sorted(traj.iterdir()):
+            match = _TRAJ_FILE.match(file.name)
+            if match and int(match.group(1)) > step:
+                (dest / TRAJECTORY_DIR).mkdir(parents=True, exist_ok=True)
+                os.replace(file, dest / TRAJECTORY_DIR / file.name)
+                moved.append(f"{TRAJECTORY_DIR}/{file.name}")
+    tb = run_dir / TENSORBOARD_DIR
+    if tb.is_dir() and any(tb.iterdir()):
+        import shutil
+
+        shutil.copytree(tb, dest / TENSORBOARD_DIR)
+        moved.append(f"{TENSORBOARD_DIR}/ (copy)")
+    return moved
+
+
+def _line_step(line: str) -> int | None:
+    try:
+        step = json.loads(line)["step"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return None  # a partial line from a crash
+    return step if isinstance(step, int) else None
 
 
 def _drop_trajectories_after(folder: Path, start_step: int) -> None:

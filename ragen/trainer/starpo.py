@@ -22,10 +22,14 @@ import copy
 import dataclasses
 import math
 import random
+import shlex
+import signal
+import sys
+import threading
 import time
 from collections import defaultdict
-from collections.abc import Sequence
-from contextlib import nullcontext
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +39,7 @@ import torch
 from ragen import algo
 from ragen.agent.trajectory import Trajectory
 from ragen.envs.base import derive_seed
+from ragen.errors import ConfigError
 from ragen.models.logprobs import sequence_logprobs
 
 from . import setup
@@ -47,6 +52,24 @@ from .batching import (
     place_rewards,
 )
 from .config import TrainConfig, to_dict, to_yaml
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """SIGINT/SIGTERM stopped training after the last completed step was saved.
+
+    ``signum`` is the signal, ``exit_code`` the conventional status (130 for SIGINT, 143
+    for SIGTERM), and the message says what was saved and the command that resumes.
+    """
+
+    def __init__(self, signum: int, message: str):
+        super().__init__(message)
+        self.signum = signum
+        self.exit_code = 128 + signum
+
+
+class _StepAbandoned(BaseException):
+    """Raised by the signal handler inside the abandonable part of a step (before the
+    update changes any state). A BaseException so no ``except Exception`` swallows it."""
 
 
 def seed_everything(seed: int) -> None:
@@ -106,9 +129,20 @@ def token_values(
 class StarPOTrainer:
     """Multi-turn PPO/GRPO/TRICO trainer. ``StarPOTrainer(cfg).train()`` runs a whole job."""
 
-    def __init__(self, cfg: TrainConfig):
+    def __init__(self, cfg: TrainConfig, argv: Sequence[str] | None = None):
+        """``argv``: the ``ragen train`` arguments that built ``cfg``; the message after
+        Ctrl-C/SIGTERM repeats them as the exact command that resumes the run."""
         self.cfg = cfg
+        self.argv = None if argv is None else list(argv)
         t = cfg.trainer
+        # signal state (see train()): the first signal's number, whether the step in
+        # progress may still be abandoned, and whether a checkpoint is being written
+        self._stop_signal: int | None = None
+        self._signals_seen = 0
+        self._abandonable = False
+        self._saving = False
+        self._skip_reason = ""
+        self._step_trained = False  # whether the last train_step() ran an update
         seed_everything(t.seed)
         self.run_name = t.run_name or f"{cfg.env.name}-{cfg.algo.name}"
         self.run_dir = Path(t.run_dir or Path("runs") / self.run_name)
@@ -243,8 +277,34 @@ class StarPOTrainer:
                 f"{path} was trained with trainer.seed={saved_seed}, not "
                 f"{self.cfg.trainer.seed}. Fix: resume with trainer.seed={saved_seed}"
             )
-        print(f"resumed from {path} at step {state['step']}")
-        return int(state["step"])
+        step = int(state["step"])
+        print(f"resumed from {path} at step {step}")
+        self._supersede_after(step)
+        return step
+
+    def _supersede_after(self, step: int) -> None:
+        """Resuming from a checkpoint that is not the run's latest: move the later
+        checkpoints and the logs of later steps into ``run_dir/superseded/<time>/`` (kept,
+        never deleted), so the run continues from ``step`` with every step logged once."""
+        from .checkpoint import step_of
+        from .metrics_logger import move_logs_after
+
+        later = [p for p in self.checkpoints.list() if step_of(p) > step]
+        if not later:
+            return  # a plain resume: the logger drops the lines of the steps it redoes
+        dest = self.run_dir / "superseded" / time.strftime("%Y%m%d-%H%M%S")
+        n = 1
+        while dest.exists():
+            n += 1
+            dest = dest.with_name(f"{dest.name.split('.')[0]}.{n}")
+        moved = self.checkpoints.move_after(step, dest / "checkpoints")
+        logs = move_logs_after(self.run_dir, step, dest)
+        names = ", ".join(p.name for p in moved)
+        print(
+            f"resuming from step {step}, before the run's latest checkpoint: moved the later "
+            f"checkpoints ({names}){' and their logs' if logs else ''} aside to {dest} "
+            "(kept; delete it once you no longer need it)"
+        )
 
     def _optimizers(self) -> dict[str, torch.optim.Optimizer]:
         out = {"actor": self.actor_opt}
@@ -260,24 +320,165 @@ class StarPOTrainer:
 
     # -- the loop --------------------------------------------------------------------
     def train(self) -> list[dict[str, float]]:
+        """Run steps ``start_step+1 .. total_steps``; return each step's metrics.
+
+        Stops early with a :class:`ConfigError` after
+        ``trainer.max_consecutive_skipped_steps`` steps in a row that trained nothing,
+        and with :class:`TrainingInterrupted` after SIGINT/SIGTERM: the step in
+        progress is abandoned if its update has not begun (else finished), the last
+        completed step is saved unless it already is, and the message holds the command
+        that resumes the run.
+        """
         t = self.cfg.trainer
         self.logger.print(f"run folder: {self.run_dir}\n{to_yaml(self.cfg)}")
-        history = []
-        try:
-            for step in range(self.start_step, t.total_steps):
-                metrics = self.train_step(step)
-                done = step + 1
-                if t.val_every and (done % t.val_every == 0 or done == t.total_steps):
-                    metrics.update(self.validate(step))
-                self.logger.log(done, metrics)
-                history.append(metrics)
-                if (t.save_every and done % t.save_every == 0) or done == t.total_steps:
-                    self.save_checkpoint(done)
-        finally:
-            self.logger.close()
+        history: list[dict[str, float]] = []
+        done = self.start_step
+        self._saved_step = self.start_step  # the newest checkpoint of these weights
+        self._trained_since_save = False
+        skipped_in_row = 0
+        stop_note = ""
+        with self._signal_handlers():
+            try:
+                for step in range(self.start_step, t.total_steps):
+                    if self._stop_signal is not None:
+                        break
+                    try:
+                        metrics = self.train_step(step)
+                    except _StepAbandoned:
+                        break
+                    finally:
+                        self._abandonable = False
+                    done = step + 1
+                    if t.val_every and (done % t.val_every == 0 or done == t.total_steps):
+                        metrics.update(self.validate(step))
+                    self.logger.log(done, metrics)
+                    history.append(metrics)
+                    trained = self._step_trained
+                    self._trained_since_save |= trained
+                    skipped_in_row = 0 if trained else skipped_in_row + 1
+                    limit = t.max_consecutive_skipped_steps
+                    if limit and skipped_in_row >= limit:
+                        raise self._stalled_error(skipped_in_row, metrics)
+                    if (t.save_every and done % t.save_every == 0) or done == t.total_steps:
+                        self._save_if_trained(done)
+                if self._stop_signal is not None:
+                    stop_note = self._save_on_stop(done)
+            finally:
+                self.logger.close()
+        if self._stop_signal is not None:
+            raise TrainingInterrupted(self._stop_signal, stop_note + " " + self.resume_hint())
         return history
 
+    def _save_if_trained(self, step: int) -> None:
+        """Save ``step`` unless no step since the last checkpoint (or the start) trained
+        anything: such a checkpoint would hold the same weights under a later step."""
+        if not self._trained_since_save:
+            since = f"step {self._saved_step}" if self._saved_step else "the start"
+            self.logger.print(
+                f"step {step}: no checkpoint written: no step since {since} trained anything"
+            )
+            return
+        self.save_checkpoint(step)
+
+    def _save_on_stop(self, done: int) -> str:
+        """After a signal: save the last completed step if needed; say what is on disk."""
+        name = signal.Signals(self._stop_signal).name
+        if done > self._saved_step and self._trained_since_save:
+            path = self.save_checkpoint(done)
+            return f"{name}: stopped after step {done}; saved {path}."
+        if self._saved_step:
+            return (
+                f"{name}: stopped after step {done}; checkpoint "
+                f"{self.checkpoints.path_for(self._saved_step)} holds its weights."
+            )
+        return f"{name}: stopped after step {done}; no step trained anything, nothing to save."
+
+    def resume_hint(self) -> str:
+        """The exact command that continues this run from its newest checkpoint."""
+        if self.argv is None:
+            return "To resume, rerun the same command with trainer.resume=auto."
+        args = [a for a in self.argv if not a.startswith("trainer.resume=")]
+        command = shlex.join(["ragen", "train", *args, "trainer.resume=auto"])
+        return f"To resume: {command}"
+
+    def _stalled_error(self, skipped: int, metrics: dict[str, float]) -> ConfigError:
+        """The one-line error after ``skipped`` consecutive steps that trained nothing."""
+        r, f = self.cfg.rollout, self.cfg.algo.filter
+        head = f"{skipped} consecutive steps trained nothing, so the run stops"
+        tail = (
+            "no checkpoint was written for them (trainer.max_consecutive_skipped_steps=0 "
+            "never stops)"
+        )
+        if self._skip_reason == "filter":
+            std = metrics.get("filter/std_max_before", float("nan"))
+            zero = "" if f.include_zero else ", set algo.filter.include_zero=true"
+            return ConfigError(
+                f"{head}: the StarPO-S filter (algo.filter.strategy={f.strategy}, "
+                f"algo.filter.value={f.value}, algo.filter.include_zero={f.include_zero}) "
+                f"kept no group (largest in-group reward std {std:.3g}). Fix: lower "
+                f"algo.filter.value{zero}, or raise rollout.group_size for more varied "
+                f"groups; {tail}"
+            )
+        rate = metrics.get("rollout/truncation_rate", float("nan"))
+        return ConfigError(
+            f"{head}: the context overflowed rollout.max_model_len={r.max_model_len} before "
+            f"the first response of every kept episode (rollout/truncation_rate={rate:.3g}). "
+            "Fix: raise rollout.max_model_len, or shorten the prompt (env config, "
+            f"rollout.max_turns, rollout.context_window); {tail}"
+        )
+
+    # -- signals ---------------------------------------------------------------------
+    @contextmanager
+    def _signal_handlers(self) -> Iterator[None]:
+        """Handle SIGINT/SIGTERM during ``train()`` (main thread only; restored after)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        for sig in previous:
+            signal.signal(sig, self._on_signal)
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        """First signal: stop. Abandon the step if its update has not begun (nothing has
+        changed yet), else let it finish. Never interrupt a checkpoint save (a second
+        Ctrl-C there waits: the save is atomic anyway, but a finished save is better).
+        A third signal outside a save stops at once, without saving."""
+        self._signals_seen += 1
+        if self._stop_signal is None:
+            self._stop_signal = signum
+        name = signal.Signals(signum).name
+        if self._saving:
+            print(f"{name}: saving a checkpoint; stopping once it is written", file=sys.stderr)
+            return
+        if self._abandonable:
+            self._abandonable = False
+            raise _StepAbandoned
+        if self._signals_seen >= 3:
+            raise KeyboardInterrupt
+        print(
+            f"{name}: stopping after the current step (its update has begun) and saving; "
+            "send it twice more to stop at once without saving",
+            file=sys.stderr,
+            flush=True,
+        )
+
     def save_checkpoint(self, step: int) -> Path:
+        """Save ``step``; signals arriving meanwhile wait until the checkpoint is complete."""
+        self._saving = True
+        try:
+            path = self._write_checkpoint(step)
+        finally:
+            self._saving = False
+        self._saved_step = step
+        self._trained_since_save = False
+        return path
+
+    def _write_checkpoint(self, step: int) -> Path:
         return self.checkpoints.save(
             step,
             actor=self.actor,
@@ -301,6 +502,9 @@ class StarPOTrainer:
 
         a, t = self.cfg.algo, self.cfg.trainer
         timing: dict[str, float] = {}
+        # Until the update begins nothing outlives the step (seeds derive from the step
+        # number), so a signal may abandon it here; see _on_signal.
+        self._abandonable = True
         tic = time.perf_counter()
         seeds = self.train_envs.seeds_for_step(step)
         result = self.rollout(
@@ -339,11 +543,13 @@ class StarPOTrainer:
             tr for tr, k in zip(trajectories, keep.tolist()) if k and tr.num_response_tokens > 0
         ]
         if not kept:
+            self._skip_reason = "filter" if not keep.any() else "overflow"
             self.logger.print(
                 f"step {step + 1}: no trainable trajectories (filtered out, or the context "
                 "overflowed before their first response: raise rollout.max_model_len); "
                 "skipping the update"
             )
+            self._step_trained = False
             return {**metrics, **timing, "actor/skipped_steps": 1.0}
         batch = self.prepare_batch(kept)
         # how many samples have someone to be compared with (a group of one: no baseline)
@@ -364,7 +570,9 @@ class StarPOTrainer:
         timing["timing/advantage"] = time.perf_counter() - tic
 
         tic = time.perf_counter()
+        self._abandonable = False  # from here on the step changes weights: it finishes
         update_metrics = self.update(batch, step)
+        self._step_trained = True
         metrics.update(update_metrics)
         timing["timing/update"] = time.perf_counter() - tic
         self.actor_sched.step()
@@ -668,10 +876,13 @@ class StarPOTrainer:
             derive_seed(self.cfg.trainer.seed, "val", step),
         )
         out = {f"val/{k}": v for k, v in rollout_metrics(result.trajectories, 1).items()}
+        if self.cfg.trainer.save_trajectories:
+            records = [tr.to_json() for tr in result.trajectories]
+            self.logger.log_trajectories(step + 1, records, kind="val_step")
         out["timing/validation"] = time.perf_counter() - tic
         return out
 
 
-def train(cfg: TrainConfig) -> list[dict[str, float]]:
-    """Run a whole training job from a resolved config."""
-    return StarPOTrainer(cfg).train()
+def train(cfg: TrainConfig, argv: Sequence[str] | None = None) -> list[dict[str, float]]:
+    """Run a whole training job from a resolved config (``argv``: see :class:`StarPOTrainer`)."""
+    return StarPOTrainer(cfg, argv=argv).train()
