@@ -190,7 +190,7 @@ def test_context_overflow_truncates_instead_of_crashing(tiny_model_dir, tmp_path
     )
     history = StarPOTrainer(cfg).train()
     assert history[-1]["rollout/truncation_rate"] == 1.0
-    assert history[-1]["actor/skipped_steps"] == 1.0
+    assert history[-1]["trainer/untrained_step"] == 1.0
 
 
 def test_training_console_is_readable(tiny_model_dir, tmp_path, capfd):

@@ -550,7 +550,7 @@ class StarPOTrainer:
                 "skipping the update"
             )
             self._step_trained = False
-            return {**metrics, **timing, "actor/skipped_steps": 1.0}
+            return {**metrics, **timing, "trainer/untrained_step": 1.0}
         batch = self.prepare_batch(kept)
         # how many samples have someone to be compared with (a group of one: no baseline)
         counts = torch.bincount(batch.index)
