@@ -155,7 +155,8 @@ def resolve_model(name: str | os.PathLike, seed: int = 0) -> str:
     """The one model-name resolver of every command (train, eval, sft, demo, benches).
 
     * ``tiny`` / ``tiny:SIZE`` -> a tiny model folder under ``cache_root()/models``,
-      built offline on first use (sizes: ``ragen.models.tiny.PRESETS``);
+      built offline on first use (sizes: ``ragen.models.tiny.PRESETS``; ``tiny`` alone
+      is ``tiny:micro``, ``ragen.models.tiny.DEFAULT_SIZE``);
     * an existing path (``~`` expanded) -> that path; ``.gguf`` files included;
     * a model preset name (``ragen/configs/model``, e.g. ``smollm2``) -> its path, resolved;
     * anything else is a hub id: returned as is when it is in the Hugging Face cache or
@@ -166,7 +167,9 @@ def resolve_model(name: str | os.PathLike, seed: int = 0) -> str:
     """
     text = os.fspath(name)
     if text == TINY or text.startswith(TINY + ":"):
-        return str(_tiny_model(text.partition(":")[2] or "micro", seed))
+        from .tiny import DEFAULT_SIZE
+
+        return str(_tiny_model(text.partition(":")[2] or DEFAULT_SIZE, seed))
     path = Path(text).expanduser()
     if path.exists() or _looks_like_path(text) or not text:
         return str(path) if text else text
