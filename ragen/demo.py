@@ -459,8 +459,13 @@ def _add_args(p: argparse.ArgumentParser) -> None:
         "--stage", choices=STAGES, action="append", help="run only these stages (repeatable)"
     )
     p.add_argument("--env", action="append", choices=DEFAULT_ENVS, help="only these environments")
-    p.add_argument("--budget", choices=sorted(BUDGETS), default="full")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--budget",
+        choices=sorted(BUDGETS),
+        default="full",
+        help="full: the measured demo (~15 min on 2 cores); toy: the same pipeline in seconds",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the model, data and training")
     p.add_argument(
         "--jobs",
         type=int,
