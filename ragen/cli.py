@@ -12,6 +12,7 @@ import importlib
 import os
 import sys
 
+from ragen.cli_utils import HelpFormatter
 from ragen.errors import RagenError
 
 # (module, what it provides) -- a missing module is skipped so partial installs still work.
@@ -29,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ragen",
         description="Multi-turn RL for LLM agents (StarPO / StarPO-S / TRICO).",
+        formatter_class=HelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _COMMAND_MODULES:
@@ -40,7 +42,19 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         if hasattr(module, "add_parser"):
             module.add_parser(sub)
+    for command in subparsers_of(parser):
+        command.formatter_class = HelpFormatter  # every --help shows each option's default
     return parser
+
+
+def subparsers_of(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """Every (sub)command parser below ``parser``, depth first (``ragen models info`` too)."""
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):
+                found += [child, *subparsers_of(child)]
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:

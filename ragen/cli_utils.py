@@ -12,6 +12,7 @@ Used by ``ragen train`` (dotted config overrides), ``ragen eval``/``ragen sft``
 
 from __future__ import annotations
 
+import argparse
 import re
 from typing import Any
 
@@ -79,14 +80,37 @@ def nest_dotted(flat: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """Every ``ragen`` command's help: the description as written, and ``(default: X)``
+    after each option's help unless the help already states its default or there is none."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text.lower() or action.default in (None, argparse.SUPPRESS, []):
+            return text
+        if action.default is False and action.option_strings:
+            return text  # a plain switch: off unless given
+        if not action.option_strings and action.nargs not in ("?", "*"):
+            return text  # a required positional
+        return text + " (default: %(default)s)"
+
+
+_ROLLOUT_DEFAULTS = "_rollout_defaults"  # where add_rollout_flags keeps its defaults
+
+
 def add_rollout_flags(
     parser: Any, names: list[str] | None = None, defaults: dict[str, Any] | None = None
 ) -> None:
     """Add one ``--flag`` per :class:`~ragen.agent.rollout.RolloutConfig` field in ``names``
     (default: all but ``env_groups``/``group_size``/``seed``): ``max_new_tokens`` ->
-    ``--max-new-tokens``, the bool ``think`` -> ``--no-think``. Defaults come from the
-    dataclass unless ``defaults`` overrides them; :func:`rollout_from_args` reads them back.
+    ``--max-new-tokens``, the bool ``think`` -> ``--think``/``--no-think``.
+
+    Every flag's argparse default is None, so a flag given on the command line is told
+    apart from one left out (:func:`given_rollout_flags`); the effective default (the
+    dataclass's, unless ``defaults`` overrides it) is shown in ``--help`` and applied by
+    :func:`rollout_from_args`.
     """
+    import argparse
     from dataclasses import MISSING, fields
 
     from ragen.agent.context import TEMPLATE_STRATEGIES
@@ -97,37 +121,55 @@ def add_rollout_flags(
     known = {f.name: f for f in fields(RolloutConfig)}
     wanted = names or [n for n in known if n not in ("env_groups", "group_size", "seed")]
     group = parser.add_argument_group("rollout (the same knobs as `ragen train rollout.*`)")
+    effective: dict[str, Any] = {}
     for name in wanted:
         f = known[name]
         default = (defaults or {}).get(name, f.default if f.default is not MISSING else None)
+        effective[name] = default
         flag = "--" + name.replace("_", "-")
+        what = f"rollout.{name}"
         if isinstance(default, bool):
-            neg = "--no-" + name.replace("_", "-")
             group.add_argument(
-                neg if default else flag,
+                flag,
                 dest=name,
-                action="store_false" if default else "store_true",
-                help=f"rollout.{name}={str(not default).lower()}",
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=f"{what} (default: {str(default).lower()})",
             )
-            group.set_defaults(**{name: default})
             continue
         kind = type(default) if default is not None else int  # context_window: int | None
         group.add_argument(
             flag,
             dest=name,
             type=kind,
-            default=default,
+            default=None,
             choices=choices.get(name),
-            help=f"rollout.{name} (default {default})",
+            help=f"{what} (default: {default})",
         )
+    parser.set_defaults(**{_ROLLOUT_DEFAULTS: effective})
 
 
-def rollout_from_args(args: Any, **overrides: Any):
-    """The :class:`~ragen.agent.rollout.RolloutConfig` the flags of
-    :func:`add_rollout_flags` describe (fields without a flag keep their defaults)."""
+def given_rollout_flags(args: Any) -> dict[str, Any]:
+    """The rollout flags of :func:`add_rollout_flags` given on the command line."""
     from dataclasses import fields
 
     from ragen.agent.rollout import RolloutConfig
 
-    values = {f.name: getattr(args, f.name) for f in fields(RolloutConfig) if hasattr(args, f.name)}
-    return RolloutConfig(**{**values, **overrides})
+    names = [f.name for f in fields(RolloutConfig)]
+    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+
+
+def rollout_from_args(args: Any, inherited: dict[str, Any] | None = None, **overrides: Any):
+    """The :class:`~ragen.agent.rollout.RolloutConfig` the flags of
+    :func:`add_rollout_flags` describe. Precedence, highest first: ``overrides``, flags
+    given on the command line, ``inherited`` (e.g. a training run's settings), the flags'
+    defaults, the dataclass defaults."""
+    from ragen.agent.rollout import RolloutConfig
+
+    values = {
+        **getattr(args, _ROLLOUT_DEFAULTS, {}),
+        **(inherited or {}),
+        **given_rollout_flags(args),
+        **overrides,
+    }
+    return RolloutConfig(**values)

@@ -89,7 +89,7 @@ def rollout_overrides(env: str) -> list[str]:
 class Budget:
     """How much work each stage does. ``full`` is what ``make demo`` runs."""
 
-    tiny_size: str = "nano"  # 1.2M parameters: fast enough for a 2-core CPU
+    tiny_size: str = "nano"  # tiny:nano, 1.2M parameters: fast enough for a 2-core CPU
     # expert episodes for the warm start; the grids need many: the model learns to read
     # a grid only after several hundred SFT steps (docs/RESULTS.md)
     sft_episodes: dict[str, int] = field(
@@ -199,9 +199,9 @@ class Demo:
 
     # -- stages ----------------------------------------------------------------------
     def stage_tiny(self) -> None:
-        from ragen.models.tiny import create_tiny
+        from ragen.models.tiny import create_tiny, describe
 
-        self.log(f"building the tiny model ({self.budget.tiny_size}) in {self.tiny_dir}")
+        self.log(f"building the tiny model ({describe(self.budget.tiny_size)}) in {self.tiny_dir}")
         create_tiny(self.tiny_dir, size=self.budget.tiny_size, seed=self.seed)
 
     def stage_sft(self, env: str) -> None:
@@ -247,8 +247,8 @@ class Demo:
         overrides = [
             *rollout_overrides(env),
             "algo=starpo-s",
-            "model=tiny",
-            f"model.path={self.sft_dir(env)}",
+            "model=tiny",  # the tiny preset's learning rates and lengths ...
+            f"model.path={self.sft_dir(env)}",  # ... for this tiny:nano warm start
             f"rollout.env_groups={b.env_groups}",
             f"rollout.group_size={b.group_size}",
             f"algo.ppo_mini_batch_size={self.mini_batch_size(env)}",
@@ -459,8 +459,13 @@ def _add_args(p: argparse.ArgumentParser) -> None:
         "--stage", choices=STAGES, action="append", help="run only these stages (repeatable)"
     )
     p.add_argument("--env", action="append", choices=DEFAULT_ENVS, help="only these environments")
-    p.add_argument("--budget", choices=sorted(BUDGETS), default="full")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--budget",
+        choices=sorted(BUDGETS),
+        default="full",
+        help="full: the measured demo (~15 min on 2 cores); toy: the same pipeline in seconds",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the model, data and training")
     p.add_argument(
         "--jobs",
         type=int,

@@ -82,3 +82,12 @@ def test_solver_summary_oracle_beats_random():
         assert row["oracle_reward"] >= row["random_reward"]
     table = format_solver_summary(rows)
     assert "oracle succ" in table and "100%" in table and len(table.splitlines()) == 6
+
+
+@pytest.mark.parametrize("word", ["q", "Q", "quit", "exit"])
+def test_play_quits_on_q_quit_exit(word, capsys, monkeypatch):
+    code, out, _ = run(
+        ["play", "sokoban", "--seed", "2"], capsys, monkeypatch, f"up\n{word}\nleft\n"
+    )
+    assert code == 0
+    assert "steps=1" in out and out.count("terminated=") == 1  # nothing after the quit word

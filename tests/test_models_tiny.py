@@ -161,3 +161,40 @@ def test_grid_cells_are_single_tokens_and_load_back_identically(nano_dir):
     assert ids == build_tokenizer("chatml").encode(text, add_special_tokens=False)
     assert [loaded.decode([i]) for i in ids][:3] == ["Turn", " ", "2"]
     assert " actions" in [loaded.decode([i]) for i in ids]
+
+
+def test_tiny_means_one_size_everywhere(tmp_path, monkeypatch, capsys):
+    """`create-tiny` without --size, `model=tiny` and `resolve_model("tiny")` agree."""
+    import inspect
+    import json
+
+    from ragen.cli import main
+    from ragen.models.loading import resolve_model
+    from ragen.models.tiny import DEFAULT_SIZE, PARAMETERS, describe
+    from ragen.trainer.config import load_config
+
+    assert inspect.signature(create_tiny).parameters["size"].default == DEFAULT_SIZE
+    assert load_config(["model=tiny"]).model.path == f"tiny:{DEFAULT_SIZE}"
+    built = []
+    monkeypatch.setenv("RAGEN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(
+        "ragen.models.tiny.create_tiny", lambda out, size, seed: built.append(size) or out
+    )
+    resolve_model("tiny")
+    assert built == [DEFAULT_SIZE]
+    monkeypatch.undo()
+    assert main(["models", "create-tiny", "--out", str(tmp_path / "t")]) == 0
+    out = capsys.readouterr().out
+    assert describe(DEFAULT_SIZE) in out and f"{PARAMETERS[DEFAULT_SIZE]} parameters" in out
+    info = json.loads((tmp_path / "t" / "ragen_tiny.json").read_text())
+    assert info["size"] == DEFAULT_SIZE
+    assert f"{info['num_parameters'] / 1e6:.1f}M" == PARAMETERS[DEFAULT_SIZE]
+
+
+def test_named_parameter_counts_match_the_models():
+    from ragen.models.loading import count_parameters
+    from ragen.models.tiny import PARAMETERS, build_model, build_tokenizer
+
+    tok = build_tokenizer()
+    for size in ("nano", "micro", "small"):
+        assert f"{count_parameters(build_model(size, tok)) / 1e6:.1f}M" == PARAMETERS[size]

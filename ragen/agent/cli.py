@@ -4,13 +4,24 @@ ragen eval --model oracle --env sokoban --n 64
 ragen eval --model runs/tiny-small --env frozen_lake --n 32 --max-new-tokens 64 --out runs/eval
 ragen eval --api-base http://localhost:8000/v1 --model Qwen2.5-0.5B-Instruct --env sokoban
 ragen eval --model random --env sokoban --env-config dim_room=[8,8] num_boxes=2
+ragen eval --model runs/sokoban-starpo-s --env sokoban   # a run: its newest checkpoint
+
+Given a training run's checkpoint (RUN, RUN/checkpoints/step_N or its actor folder), eval
+uses the run's rollout settings (max_new_tokens, prompt_style, max_turns, ...) except
+those given as flags, and says which. Long runs print a progress line per batch to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from ragen.cli_utils import add_rollout_flags, parse_key_values, rollout_from_args
+from ragen.cli_utils import (
+    HelpFormatter,
+    add_rollout_flags,
+    given_rollout_flags,
+    parse_key_values,
+    rollout_from_args,
+)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -18,25 +29,30 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "eval",
         help="evaluate a model (or oracle/random) on an environment's validation seeds",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     p.add_argument(
         "--model",
         required=True,
-        help="tiny[:SIZE], model folder, .gguf file, model preset, hub id, 'oracle' or "
-        "'random' (with --api-base: the served model name)",
+        help="tiny[:SIZE], model folder, a training run or checkpoint, .gguf file, model "
+        "preset, hub id, 'oracle' or 'random' (with --api-base: the served model name)",
     )
     p.add_argument("--env", required=True, help="registered environment name (see `ragen envs`)")
-    p.add_argument("--n", type=int, default=256, help="episodes to play (default 256)")
+    p.add_argument("--n", type=int, default=256, help="episodes to play")
     p.add_argument(
         "--group-size",
         type=int,
         default=1,
-        help="episodes per initial state; pass@k uses k = group size (default 1)",
+        help="episodes per initial state; pass@k uses k = group size",
     )
     add_rollout_flags(p, defaults={"temperature": 0.5})
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--seed-offset", type=int, default=0, help="shift the validation seeds")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument(
+        "--seed-offset",
+        type=int,
+        default=0,
+        help="skip this many validation seeds (>= 0): play another held-out set",
+    )
     p.add_argument(
         "--env-config",
         nargs="*",
@@ -53,8 +69,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--batch-groups",
         type=int,
-        default=None,
-        help="play at most this many groups per batch (default: all)",
+        default=64,
+        help="play at most this many groups per batch (memory; a progress line per batch)",
     )
     p.add_argument(
         "--epsilon",
@@ -71,14 +87,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run_eval(args: argparse.Namespace) -> int:
     from ragen.trainer.config import check_env_options
 
-    from .evaluate import format_table, run_evaluation
+    from .evaluate import Progress, format_table, run_evaluation
 
-    config = rollout_from_args(args)
+    model, inherited = _run_settings(args)
+    config = rollout_from_args(args, inherited=inherited)
     config.validate(prefix="--")
     env_config = parse_key_values(args.env_config, "--env-config")
     check_env_options(args.env, env_config, "--env-config")
     result = run_evaluation(
-        args.model,
+        model,
         args.env,
         n=args.n,
         group_size=args.group_size,
@@ -95,6 +112,7 @@ def run_eval(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         epsilon=args.epsilon,
         actions_per_turn=args.actions_per_turn,
+        progress=Progress(),
     )
     m = result.metrics
     title = (
@@ -105,3 +123,23 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.out:
         print(f"wrote {args.out}/trajectories.jsonl and {args.out}/metrics.json")
     return 0
+
+
+def _run_settings(args: argparse.Namespace) -> tuple[str, dict]:
+    """``(model to load, rollout settings inherited from its training run)``: a run's
+    checkpoint brings the run's rollout settings, minus the flags given; says which."""
+    import sys
+
+    from .evaluate import REFERENCE_POLICIES, find_training_run, run_rollout_settings
+
+    if args.api_base or args.model in REFERENCE_POLICIES:
+        return args.model, {}
+    run = find_training_run(args.model)
+    if run is None:
+        return args.model, {}
+    given = given_rollout_flags(args)
+    inherited = {k: v for k, v in run_rollout_settings(run.train_config).items() if k not in given}
+    if inherited:
+        shown = ", ".join(f"{k}={v}" for k, v in inherited.items())
+        print(f"using the run's rollout settings (flags override): {shown}", file=sys.stderr)
+    return run.model, inherited

@@ -33,6 +33,118 @@ from .rollout import RolloutConfig, run_rollout
 from .trajectory import Trajectory
 
 REFERENCE_POLICIES = ("oracle", "random")
+# a training run's rollout settings that eval reuses for its checkpoints (not sampling:
+# temperature/top_p/top_k are the evaluator's choice, nor the batch shape or seed)
+RUN_ROLLOUT_KEYS = (
+    "max_turns",
+    "max_actions_per_turn",
+    "max_actions_per_trajectory",
+    "max_new_tokens",
+    "max_model_len",
+    "think",
+    "separator",
+    "format_penalty",
+    "format_reward",
+    "context_window",
+    "template_strategy",
+    "prompt_style",
+)
+MAX_VALIDATION_SEEDS = 100_000  # --seed-offset + n beyond this would take hours to draw
+
+
+@dataclass
+class TrainingRun:
+    """Where a model given to ``ragen eval`` came from: the actor folder to load and the
+    ``train_config.json`` of its checkpoint."""
+
+    model: str
+    train_config: Path
+
+
+def find_training_run(model: str) -> TrainingRun | None:
+    """The training run behind ``model``, or None when it is not a checkpoint.
+
+    Accepted: a checkpoint's actor folder (``RUN/checkpoints/step_N/actor``), a checkpoint
+    folder (``RUN/checkpoints/step_N``) or a run folder (``RUN``: its newest checkpoint).
+    A run folder without checkpoints raises :class:`UsageError`.
+    """
+    from ragen.trainer.checkpoint import TRAIN_CONFIG, CheckpointManager
+
+    path = Path(model).expanduser()
+    if not path.is_dir():
+        return None
+    if (path / "config.json").is_file() and (path.parent / TRAIN_CONFIG).is_file():
+        return TrainingRun(str(path), path.parent / TRAIN_CONFIG)
+    if (path / TRAIN_CONFIG).is_file() and (path / "actor").is_dir():
+        return TrainingRun(str(path / "actor"), path / TRAIN_CONFIG)
+    if (path / "checkpoints").is_dir() and not (path / "config.json").is_file():
+        steps = CheckpointManager(path).list()
+        if not steps:
+            raise UsageError(
+                f"run folder {path} has no checkpoints yet. Fix: pass a model folder, or "
+                "train with trainer.save_every > 0"
+            )
+        return find_training_run(str(steps[-1]))
+    return None
+
+
+def run_rollout_settings(train_config: str | Path) -> dict[str, Any]:
+    """The :data:`RUN_ROLLOUT_KEYS` of a checkpoint's ``train_config.json``."""
+    path = Path(train_config)
+    try:
+        rollout = json.loads(path.read_text(encoding="utf-8")).get("rollout") or {}
+    except (OSError, ValueError, AttributeError) as err:
+        raise UsageError(
+            f"cannot read the run's settings from {path} ({err}). Fix: pass the rollout "
+            "flags yourself, or point --model at the actor folder's copy"
+        ) from err
+    return {k: rollout[k] for k in RUN_ROLLOUT_KEYS if k in rollout}
+
+
+def check_seed_offset(seed_offset: int, n_groups: int) -> None:
+    """Raise one-line :class:`UsageError` unless ``seed_offset`` is usable for
+    ``n_groups`` validation groups (non-negative, within :data:`MAX_VALIDATION_SEEDS`)."""
+    if seed_offset < 0:
+        raise UsageError(f"--seed-offset must be >= 0, got {seed_offset}. Fix: --seed-offset 0")
+    if seed_offset + n_groups > MAX_VALIDATION_SEEDS:
+        raise UsageError(
+            f"--seed-offset {seed_offset} with {n_groups} groups runs past the "
+            f"{MAX_VALIDATION_SEEDS} validation seeds eval plays. Fix: --seed-offset at most "
+            f"{max(0, MAX_VALIDATION_SEEDS - n_groups)}"
+        )
+
+
+@dataclass
+class Progress:
+    """A progress line on stderr after each batch of a long evaluation; silent while the
+    run is younger than ``min_seconds`` and after the last batch (the table follows)."""
+
+    min_seconds: float = 5.0
+    stream: Any = None
+    clock: Callable[[], float] = time.perf_counter
+    start: float = field(default=0.0)
+
+    def __post_init__(self) -> None:
+        self.start = self.clock()
+
+    def __call__(self, done: int, total: int) -> str | None:
+        """Report ``done`` of ``total`` episodes; returns the line written, if any."""
+        elapsed = self.clock() - self.start
+        if done >= total or elapsed < self.min_seconds or done <= 0:
+            return None
+        eta = elapsed / done * (total - done)
+        line = f"eval: {done}/{total} episodes  elapsed {_clock(elapsed)}  eta {_clock(eta)}"
+        import sys
+
+        print(line, file=self.stream or sys.stderr, flush=True)
+        return line
+
+
+def _clock(seconds: float) -> str:
+    """``75.2 -> "1:15"``, ``3725 -> "1:02:05"``."""
+    s = int(round(seconds))
+    h, rest = divmod(s, 3600)
+    return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
 
 
 def build_policy(
@@ -116,6 +228,7 @@ def run_evaluation(
     dtype: Any = None,
     epsilon: float = 0.0,
     actions_per_turn: int = 1,
+    progress: Callable[[int, int], Any] | None = None,
 ) -> EvalResult:
     """:func:`evaluate` returning the trajectories and settings too.
 
@@ -123,6 +236,7 @@ def run_evaluation(
     ``seed`` given here override it). ``seed_offset`` shifts the validation seeds.
     ``batch_groups`` caps the groups played per rollout call (memory); default: all at
     once. ``epsilon``/``actions_per_turn`` configure the reference policies.
+    ``progress(done_episodes, n)`` is called after each batch (e.g. :class:`Progress`).
     """
     if n < 1 or group_size < 1:
         raise UsageError(f"n and group_size must be >= 1, got n={n}, group_size={group_size}")
@@ -132,6 +246,7 @@ def run_evaluation(
         config or RolloutConfig(), temperature=temperature, max_turns=max_turns, seed=seed
     )
     cfg.validate()
+    check_seed_offset(seed_offset, n // group_size)
     policy = build_policy(
         model, tokenizer, api_base, device, dtype, epsilon, actions_per_turn, seed
     )
@@ -154,6 +269,8 @@ def run_evaluation(
         for k, v in result.stats.items():
             stats[k] = stats.get(k, 0.0) + float(v)
         manager.close()
+        if progress is not None:
+            progress((start + groups) * group_size, n)
     metrics = rollout_metrics(played, group_size)
     metrics["eval_seconds"] = time.perf_counter() - tic
     if stats.get("generated_tokens", 0.0) > 0:  # only token policies generate

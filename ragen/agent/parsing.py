@@ -8,6 +8,9 @@ and with ``think=False`` the answer block alone: ``<answer> a1 || a2 </answer>``
 
 A response is **well formed** (``format_ok``) exactly when all of these hold:
 
+0. it is clean text: no U+FFFD replacement character (what decoding invalid UTF-8
+   bytes yields) and no lone surrogate (which cannot even be written as UTF-8; callers
+   store replies through :func:`clean_text`, which turns those into U+FFFD);
 1. each tag of the mode appears exactly once: ``<think>``, ``</think>``, ``<answer>``,
    ``</answer>`` (``think=True``) or ``<answer>``, ``</answer>`` (``think=False``; any
    think tag is then an error);
@@ -29,11 +32,21 @@ nothing. ``error`` names the first rule that failed, for logs and the viewer.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
 _ALL_TAGS = (THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE)
+REPLACEMENT = "\ufffd"
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(text: str) -> str:
+    """``text`` with every surrogate code point replaced by U+FFFD, so that it encodes
+    to UTF-8 (a file, JSON with ``ensure_ascii=False``, a tokenizer); other text is
+    returned unchanged. :func:`parse_response` treats U+FFFD as a format error."""
+    return _SURROGATE.sub(REPLACEMENT, text)
 
 
 @dataclass
@@ -67,6 +80,8 @@ def parse_response(text: str, think: bool = True, separator: str = "||") -> Pars
 
     if not text.strip():
         return bad("empty response")
+    if REPLACEMENT in text or _SURROGATE.search(text):
+        return bad("undecodable text (U+FFFD or a lone surrogate)")
     wanted = _ALL_TAGS if think else (ANSWER_OPEN, ANSWER_CLOSE)
     for tag in _ALL_TAGS:
         n = counts[tag]

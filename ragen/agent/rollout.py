@@ -32,7 +32,7 @@ from ragen.envs.base import StepResultError, check_step_result, derive_seed
 from . import prompts
 from .context import ChatFormat, ContextManager, SampleIds
 from .env_manager import EnvStateManager
-from .parsing import ANSWER_CLOSE, parse_response
+from .parsing import ANSWER_CLOSE, clean_text, parse_response
 from .policies import Policy, PolicyOutput, TurnRequest
 from .trajectory import Trajectory, TurnRecord
 
@@ -303,7 +303,9 @@ def _close_turn(
 ) -> int:
     """Record the response, execute its actions, score the turn. Returns #response ids."""
     observation = ep.observation  # the state this turn answered
-    text = out.text if isinstance(out.text, str) else str(out.text)
+    # a reply with a lone surrogate is a format error of this turn (parse_response),
+    # never an exception when it is tokenized or written to disk
+    text = clean_text(out.text if isinstance(out.text, str) else str(out.text))
     n_tokens = 0
     if ep.ctx is not None and fmt is not None:
         ids = out.token_ids if out.token_ids is not None else fmt.encode(text)

@@ -3,7 +3,7 @@
     ragen envs                      # names and one-line descriptions
     ragen envs --keys               # ... with every config key and its default
     ragen envs --summary            # oracle vs random policy on every env
-    ragen play sokoban --seed 3     # you play: type actions, 'quit' to stop
+    ragen play sokoban --seed 3     # you play: type actions, 'q' (or quit/exit) to stop
     ragen play frozen_lake --solver --set p=1/3 --set size=5
     ragen play sokoban --set levels=handmade --seed 1
 
@@ -18,7 +18,7 @@ import random
 import sys
 from typing import Any, TextIO
 
-_QUIT_WORDS = {"quit", "exit"}
+_QUIT_WORDS = {"q", "quit", "exit"}
 
 
 def add_parser(subparsers: Any) -> None:
@@ -37,7 +37,7 @@ def add_parser(subparsers: Any) -> None:
     play = subparsers.add_parser(
         "play",
         help="play an environment in the terminal (or watch its solver)",
-        description="Play ENV: type an action per prompt; 'quit' or end of input stops.",
+        description="Play ENV: type an action per prompt; q, quit, exit or end of input stops.",
     )
     play.add_argument("env", help="registered environment name (see `ragen envs`)")
     play.add_argument("--seed", type=int, default=0, help="initial-state seed")
@@ -50,7 +50,7 @@ def add_parser(subparsers: Any) -> None:
         metavar="KEY=VALUE",
         help="config override (YAML value), e.g. --set dim_room=[8,8] --set p=1.0",
     )
-    play.add_argument("--max-steps", type=int, default=500, help="safety cap on steps")
+    play.add_argument("--max-steps", type=int, default=500, help="safety cap on valid steps")
     play.set_defaults(func=cmd_play)
 
 

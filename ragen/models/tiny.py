@@ -1,10 +1,12 @@
 """Tiny, randomly initialized models (and their tokenizers) for tests and the CPU demo.
 
     >>> from ragen.models.tiny import create_tiny
-    >>> path = create_tiny("runs/tiny-small", size="small", seed=0)   # a few seconds, offline
+    >>> path = create_tiny("runs/tiny", seed=0)   # tiny:micro, 2.9M parameters; offline
     >>> model, tok = ragen.models.load_policy(path)
 
-or ``ragen models create-tiny --out runs/tiny-small --size small``.
+or ``ragen models create-tiny --out runs/tiny``. "tiny" without a size means
+:data:`DEFAULT_SIZE` (``tiny:micro``) everywhere: ``create-tiny``, ``create_tiny``,
+``model=tiny`` and ``load_policy("tiny")``; other sizes are named (``tiny:nano``, the demo's).
 
 What gets built, deterministically from ``seed`` (same seed -> byte-identical files):
 
@@ -101,6 +103,10 @@ CHAT_FORMATS: dict[str, ChatFormat] = {
 # ---------------------------------------------------------------------------------------
 # Model presets (exact parameter counts with the ~3k vocabulary are in docs/MODELS.md)
 # ---------------------------------------------------------------------------------------
+
+DEFAULT_SIZE = "micro"  # what "tiny" means without a size, in every command and API
+# rounded parameter counts with the ~3k chatml vocabulary (exact ones: docs/MODELS.md)
+PARAMETERS = {"nano": "1.2M", "micro": "2.9M", "small": "7.8M", "base": "29.8M"}
 
 PRESETS: dict[str, dict[str, int]] = {
     # name: hidden, layers, attention heads, kv heads (GQA), MLP width
@@ -343,6 +349,11 @@ def _trained_backend(chat_format: str) -> str:
     return tok.to_str()
 
 
+def describe(size: str = DEFAULT_SIZE) -> str:
+    """``"tiny:micro, 2.9M parameters"``: how every message names a tiny model."""
+    return f"tiny:{size}, {PARAMETERS[size]} parameters"
+
+
 def build_tokenizer(chat_format: str = "chatml"):
     """Train the byte-level BPE tokenizer; returns a (new) ``PreTrainedTokenizerFast``."""
     from tokenizers import Tokenizer
@@ -392,7 +403,7 @@ def build_model(size: str, tokenizer, seed: int = 0, chat_format: str = "chatml"
 
 
 def create_tiny(
-    out_dir: str | Path, size: str = "small", seed: int = 0, chat_format: str = "chatml"
+    out_dir: str | Path, size: str = DEFAULT_SIZE, seed: int = 0, chat_format: str = "chatml"
 ) -> Path:
     """Build a tiny model + tokenizer and save them (HF format) to ``out_dir``; return it.
 

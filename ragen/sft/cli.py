@@ -31,27 +31,33 @@ def add_parser(subparsers) -> None:
         default="tiny",
         help="base model: tiny[:SIZE], folder, .gguf file, model preset or hub id",
     )
-    p.add_argument("--env", default="sokoban")
-    p.add_argument("--env-config", nargs="*", default=[], metavar="KEY=VALUE")
+    p.add_argument("--env", default="sokoban", help="registered environment (see `ragen envs`)")
+    p.add_argument(
+        "--env-config",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="environment options, values in YAML (e.g. dim_room=[8,8])",
+    )
     p.add_argument("--out", required=False, help="output folder (HF format)")
-    p.add_argument("--episodes", type=int, default=512)
+    p.add_argument("--episodes", type=int, default=512, help="expert episodes to train on")
     p.add_argument(
         "--epsilon", type=float, default=0.0, help="fraction of expert actions made random"
     )
     p.add_argument("--actions-per-turn", type=int, default=1, help="expert actions per response")
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--lr", type=float, default=5e-4)
+    p.add_argument("--epochs", type=int, default=2, help="passes over the expert data")
+    p.add_argument("--batch-size", type=int, default=32, help="sequences per optimizer step")
+    p.add_argument("--lr", type=float, default=5e-4, help="learning rate (AdamW)")
     p.add_argument(
         "--lora-rank", type=int, default=0, help="> 0 trains LoRA adapters (then merged)"
     )
     add_rollout_flags(p, _SFT_ROLLOUT_FLAGS)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the expert episodes and training")
     p.set_defaults(func=run)
     m = sub.add_parser("merge", help="fold a LoRA adapter into its base model")
-    m.add_argument("--base", required=True)
-    m.add_argument("--adapter", required=True)
-    m.add_argument("--out", required=True)
+    m.add_argument("--base", required=True, help="the base model the adapter was trained on")
+    m.add_argument("--adapter", required=True, help="the LoRA adapter folder")
+    m.add_argument("--out", required=True, help="output folder for the merged model")
     m.set_defaults(func=run_merge)
 
 

@@ -253,7 +253,8 @@ class SokobanEnv(Env):
     @property
     def room(self) -> Room:
         """The current state as an immutable ``Room`` (what the solver plans from)."""
-        assert self._start is not None
+        if self._start is None:
+            raise RuntimeError("the Sokoban env has no room yet; call reset(seed) first")
         return self._start.with_state(self._player, frozenset(self._boxes))
 
     @property
