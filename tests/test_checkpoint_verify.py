@@ -38,9 +38,11 @@ def _flip_bytes(file, n=10):
 
 
 def _one_line_error(capsys):
+    """The one error line (eval may first say which run settings it uses)."""
     err = capsys.readouterr().err.strip()
-    assert err and "\n" not in err and "Traceback" not in err, err
-    return err
+    errors = [line for line in err.splitlines() if ": error: " in line]
+    assert len(errors) == 1 and "Traceback" not in err, err
+    return errors[0]
 
 
 def test_eval_refuses_a_checkpoint_with_flipped_bytes(run, capsys):
