@@ -173,3 +173,15 @@ def rollout_from_args(args: Any, inherited: dict[str, Any] | None = None, **over
         **overrides,
     }
     return RolloutConfig(**values)
+
+
+def add_env_config_flag(parser: Any) -> None:
+    """``--env-config KEY=VALUE ...``: the environment options of ``ragen eval``/``sft``
+    (parse with :func:`parse_key_values`)."""
+    parser.add_argument(
+        "--env-config",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="environment options, values in YAML (e.g. dim_room=[8,8])",
+    )

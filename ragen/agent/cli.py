@@ -17,6 +17,7 @@ import argparse
 
 from ragen.cli_utils import (
     HelpFormatter,
+    add_env_config_flag,
     add_rollout_flags,
     given_rollout_flags,
     parse_key_values,
@@ -53,13 +54,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=0,
         help="skip this many validation seeds (>= 0): play another held-out set",
     )
-    p.add_argument(
-        "--env-config",
-        nargs="*",
-        default=[],
-        metavar="KEY=VALUE",
-        help="environment options, values in YAML (e.g. dim_room=[8,8])",
-    )
+    add_env_config_flag(p)
     p.add_argument("--out", default=None, help="folder for trajectories.jsonl and metrics.json")
     p.add_argument(
         "--api-base", default=None, help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1"

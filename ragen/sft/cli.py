@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from ragen.cli_utils import add_rollout_flags, parse_key_values, rollout_from_args
+from ragen.cli_utils import (
+    add_env_config_flag,
+    add_rollout_flags,
+    parse_key_values,
+    rollout_from_args,
+)
 
 # the rollout knobs that shape the expert data's prompts and turns; match the RL run's
 _SFT_ROLLOUT_FLAGS = [
@@ -32,13 +37,7 @@ def add_parser(subparsers) -> None:
         help="base model: tiny[:SIZE], folder, .gguf file, model preset or hub id",
     )
     p.add_argument("--env", default="sokoban", help="registered environment (see `ragen envs`)")
-    p.add_argument(
-        "--env-config",
-        nargs="*",
-        default=[],
-        metavar="KEY=VALUE",
-        help="environment options, values in YAML (e.g. dim_room=[8,8])",
-    )
+    add_env_config_flag(p)
     p.add_argument("--out", required=False, help="output folder (HF format)")
     p.add_argument("--episodes", type=int, default=512, help="expert episodes to train on")
     p.add_argument(
