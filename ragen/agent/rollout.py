@@ -165,14 +165,13 @@ def _chat_format(policy: Policy, strategy: str) -> ChatFormat | None:
 
 
 def run_rollout(
-    policy: Policy, manager: EnvStateManager, config: RolloutConfig, seeds: list[int] | None = None
+    policy: Policy, manager: EnvStateManager, config: RolloutConfig, seeds: list[int]
 ) -> RolloutResult:
-    """Play one batch: ``manager.env_groups`` groups from ``seeds`` (default: the next
-    training seeds), ``manager.group_size`` episodes each, up to ``config.max_turns``."""
+    """Play one batch: ``manager.env_groups`` groups from ``seeds`` (one initial-state
+    seed per group: ``manager.seeds_for_step(step)`` or ``manager.validation_seeds()``),
+    ``manager.group_size`` episodes each, up to ``config.max_turns``."""
     config.validate()
     tic = time.perf_counter()
-    if seeds is None:
-        seeds = manager.next_train_seeds()
     observations = manager.reset(seeds)
     fmt = _chat_format(policy, config.template_strategy)
     # the model's own context limit (when the engine knows it) caps the configured one
