@@ -48,6 +48,9 @@ def test_each_step_reads_the_previous_steps_output():
     assert int(overrides["trainer.save_every"]) <= int(overrides["trainer.total_steps"])
     assert evals[-1].model == run_dir  # eval reads the run's newest checkpoint
     assert evals[-1].env == sft.env == overrides["env"]
+    # the SFT data are prompted exactly as the RL rollouts will be
+    assert str(sft.max_turns) == overrides["rollout.max_turns"]
+    assert sft.prompt_style == overrides["rollout.prompt_style"]
 
 
 def test_tour_train_config_is_valid():
