@@ -35,7 +35,8 @@ def run(args: argparse.Namespace) -> int:
     if args.print_config:
         print(to_yaml(cfg))
         return 0
-    from .starpo import TrainingInterrupted, train
+    from .signals import TrainingInterrupted
+    from .starpo import train
 
     try:
         train(cfg, argv=args.overrides)

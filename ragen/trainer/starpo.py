@@ -23,13 +23,10 @@ import dataclasses
 import math
 import random
 import shlex
-import signal
-import sys
-import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -52,24 +49,7 @@ from .batching import (
     place_rewards,
 )
 from .config import TrainConfig, to_dict, to_yaml
-
-
-class TrainingInterrupted(KeyboardInterrupt):
-    """SIGINT/SIGTERM stopped training after the last completed step was saved.
-
-    ``signum`` is the signal, ``exit_code`` the conventional status (130 for SIGINT, 143
-    for SIGTERM), and the message says what was saved and the command that resumes.
-    """
-
-    def __init__(self, signum: int, message: str):
-        super().__init__(message)
-        self.signum = signum
-        self.exit_code = 128 + signum
-
-
-class _StepAbandoned(BaseException):
-    """Raised by the signal handler inside the abandonable part of a step (before the
-    update changes any state). A BaseException so no ``except Exception`` swallows it."""
+from .signals import StepAbandoned, StopSignals, TrainingInterrupted
 
 
 def seed_everything(seed: int) -> None:
@@ -135,12 +115,7 @@ class StarPOTrainer:
         self.cfg = cfg
         self.argv = None if argv is None else list(argv)
         t = cfg.trainer
-        # signal state (see train()): the first signal's number, whether the step in
-        # progress may still be abandoned, and whether a checkpoint is being written
-        self._stop_signal: int | None = None
-        self._signals_seen = 0
-        self._abandonable = False
-        self._saving = False
+        self.signals = StopSignals()  # Ctrl-C / SIGTERM, see ragen.trainer.signals
         self._skip_reason = ""
         self._step_trained = False  # whether the last train_step() ran an update
         seed_everything(t.seed)
@@ -337,17 +312,17 @@ class StarPOTrainer:
         self._trained_since_save = False
         skipped_in_row = 0
         stop_note = ""
-        with self._signal_handlers():
+        with self.signals.installed():
             try:
                 for step in range(self.start_step, t.total_steps):
-                    if self._stop_signal is not None:
+                    if self.signals.signum is not None:
                         break
                     try:
                         metrics = self.train_step(step)
-                    except _StepAbandoned:
+                    except StepAbandoned:
                         break
                     finally:
-                        self._abandonable = False
+                        self.signals.abandonable = False
                     done = step + 1
                     if t.val_every and (done % t.val_every == 0 or done == t.total_steps):
                         metrics.update(self.validate(step))
@@ -361,12 +336,12 @@ class StarPOTrainer:
                         raise self._stalled_error(skipped_in_row, metrics)
                     if (t.save_every and done % t.save_every == 0) or done == t.total_steps:
                         self._save_if_trained(done)
-                if self._stop_signal is not None:
+                if self.signals.signum is not None:
                     stop_note = self._save_on_stop(done)
             finally:
                 self.logger.close()
-        if self._stop_signal is not None:
-            raise TrainingInterrupted(self._stop_signal, stop_note + " " + self.resume_hint())
+        if self.signals.signum is not None:
+            raise TrainingInterrupted(self.signals.signum, f"{stop_note} {self.resume_hint()}")
         return history
 
     def _save_if_trained(self, step: int) -> None:
@@ -382,7 +357,7 @@ class StarPOTrainer:
 
     def _save_on_stop(self, done: int) -> str:
         """After a signal: save the last completed step if needed; say what is on disk."""
-        name = signal.Signals(self._stop_signal).name
+        name = self.signals.name
         if done > self._saved_step and self._trained_since_save:
             path = self.save_checkpoint(done)
             return f"{name}: stopped after step {done}; saved {path}."
@@ -427,53 +402,10 @@ class StarPOTrainer:
             f"rollout.max_turns, rollout.context_window); {tail}"
         )
 
-    # -- signals ---------------------------------------------------------------------
-    @contextmanager
-    def _signal_handlers(self) -> Iterator[None]:
-        """Handle SIGINT/SIGTERM during ``train()`` (main thread only; restored after)."""
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-        for sig in previous:
-            signal.signal(sig, self._on_signal)
-        try:
-            yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-    def _on_signal(self, signum: int, frame: Any) -> None:
-        """First signal: stop. Abandon the step if its update has not begun (nothing has
-        changed yet), else let it finish. Never interrupt a checkpoint save (a second
-        Ctrl-C there waits: the save is atomic anyway, but a finished save is better).
-        A third signal outside a save stops at once, without saving."""
-        self._signals_seen += 1
-        if self._stop_signal is None:
-            self._stop_signal = signum
-        name = signal.Signals(signum).name
-        if self._saving:
-            print(f"{name}: saving a checkpoint; stopping once it is written", file=sys.stderr)
-            return
-        if self._abandonable:
-            self._abandonable = False
-            raise _StepAbandoned
-        if self._signals_seen >= 3:
-            raise KeyboardInterrupt
-        print(
-            f"{name}: stopping after the current step (its update has begun) and saving; "
-            "send it twice more to stop at once without saving",
-            file=sys.stderr,
-            flush=True,
-        )
-
     def save_checkpoint(self, step: int) -> Path:
         """Save ``step``; signals arriving meanwhile wait until the checkpoint is complete."""
-        self._saving = True
-        try:
+        with self.signals.saving():
             path = self._write_checkpoint(step)
-        finally:
-            self._saving = False
         self._saved_step = step
         self._trained_since_save = False
         return path
@@ -503,8 +435,8 @@ class StarPOTrainer:
         a, t = self.cfg.algo, self.cfg.trainer
         timing: dict[str, float] = {}
         # Until the update begins nothing outlives the step (seeds derive from the step
-        # number), so a signal may abandon it here; see _on_signal.
-        self._abandonable = True
+        # number), so a signal may abandon it here (ragen.trainer.signals).
+        self.signals.abandonable = True
         tic = time.perf_counter()
         seeds = self.train_envs.seeds_for_step(step)
         result = self.rollout(
@@ -570,7 +502,7 @@ class StarPOTrainer:
         timing["timing/advantage"] = time.perf_counter() - tic
 
         tic = time.perf_counter()
-        self._abandonable = False  # from here on the step changes weights: it finishes
+        self.signals.abandonable = False  # from here on the step changes weights: it finishes
         update_metrics = self.update(batch, step)
         self._step_trained = True
         metrics.update(update_metrics)
