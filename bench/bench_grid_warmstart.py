@@ -47,9 +47,9 @@ def decision_accuracy(model, tokenizer, env: str, max_turns: int) -> dict[str, f
         episodes=128,
         epsilon=0.0,
         actions_per_turn=1,
-        seed=1,  # the warm start's data come from seed 0's range
     )
-    batch = collate(make_expert_data(tokenizer, cfg), tokenizer.pad_token_id)
+    # validation states: never among the warm start's SFT states
+    batch = collate(make_expert_data(tokenizer, cfg, split="validation"), tokenizer.pad_token_id)
     ids = batch.input_ids
     before = torch.nn.functional.pad(ids[:, :-1], (1, 0), value=tokenizer.pad_token_id)
     is_id = tokenizer.encode(" is", add_special_tokens=False)[0]

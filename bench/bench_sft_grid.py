@@ -45,7 +45,7 @@ def main() -> None:
     torch.manual_seed(0)
     model, tok = load_policy(f"tiny:{args.size}")
 
-    def data(episodes: int, seed: int):
+    def data(episodes: int, split: str):
         rollout = RolloutConfig(
             max_turns=args.max_turns, max_actions_per_turn=2, prompt_style="compact"
         )
@@ -55,11 +55,12 @@ def main() -> None:
             episodes=episodes,
             epsilon=0.0,
             actions_per_turn=2,
-            seed=seed,
+            seed=0,
         )
-        return make_expert_data(tok, cfg)
+        return make_expert_data(tok, cfg, split=split)
 
-    train, held_out = data(args.episodes, 0), data(128, 1)
+    # held out: expert answers on validation states, which no SFT draw can meet
+    train, held_out = data(args.episodes, "train"), data(128, "validation")
     answer_id = tok.convert_tokens_to_ids("<answer>")
     are_id = tok.encode(" are", add_special_tokens=False)[0]
     pad = tok.pad_token_id

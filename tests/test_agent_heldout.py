@@ -85,3 +85,21 @@ def test_an_env_with_one_initial_state_says_how_to_fix_it():
     split = "validation" if m.held_out(0) is False else "training"
     with pytest.raises(UsageError, match="state_key"):
         m.validation_seeds(1) if split == "validation" else m.seeds_for_step(0)
+
+
+def test_expert_data_on_validation_states_for_held_out_probes(tiny_model_dir):
+    from ragen.agent.rollout import RolloutConfig
+    from ragen.models import load_policy
+    from ragen.sft.trainer import SFTConfig, make_expert_data
+
+    _, tok = load_policy(tiny_model_dir)
+    cfg = SFTConfig(env="frozen_lake", episodes=16, rollout=RolloutConfig(max_turns=2))
+    train = make_expert_data(tok, cfg)
+    probe = make_expert_data(tok, cfg, split="validation")
+    assert all(t.seed < VAL_SEED_START for t in train)
+    assert all(t.seed >= VAL_SEED_START for t in probe)
+    assert not set(_states("frozen_lake", [t.seed for t in probe])) & set(
+        _states("frozen_lake", [t.seed for t in train])
+    )
+    with pytest.raises(UsageError, match="split"):
+        make_expert_data(tok, cfg, split="test")

@@ -65,8 +65,13 @@ class SFTConfig:
                 raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
 
 
-def make_expert_data(tokenizer, cfg: SFTConfig) -> list[Trajectory]:
-    """Oracle rollouts (with ``epsilon`` noise) on training seeds, as token-exact samples."""
+def make_expert_data(tokenizer, cfg: SFTConfig, split: str = "train") -> list[Trajectory]:
+    """Oracle rollouts (with ``epsilon`` noise) as token-exact samples, on training states
+    (``split="train"``, what SFT trains on) or on the held-out validation states
+    (``split="validation"``: expert answers to probe a model on states it never saw;
+    never train on these)."""
+    if split not in ("train", "validation"):
+        raise UsageError(f"split must be train or validation, got {split!r}")
     cfg.validate()
     from ragen.agent.env_manager import EnvStateManager
     from ragen.agent.policies import OraclePolicy
@@ -83,7 +88,10 @@ def make_expert_data(tokenizer, cfg: SFTConfig) -> list[Trajectory]:
     )
     # SFT episodes are training states (never validation states), drawn as a step that
     # no RL run reaches
-    seeds = manager.seeds_for_step(SFT_SEED_STEP)
+    if split == "train":
+        seeds = manager.seeds_for_step(SFT_SEED_STEP)
+    else:
+        seeds = manager.validation_seeds(cfg.episodes)
     result = run_rollout(policy, manager, replace(cfg.rollout, seed=cfg.seed), seeds)
     data = [t for t in result.trajectories if t.num_response_tokens > 0]
     if cfg.only_successful:
