@@ -124,7 +124,7 @@ def _verify_against_manifest(folder: Path, checkpoint: Path, mode: str) -> None:
         ) from None
     prefix = folder.name + "/"
     files = {rel: meta for rel, meta in all_files.items() if rel.startswith(prefix)}
-    fingerprint = _fingerprint(checkpoint, files)
+    fingerprint = stat_fingerprint(checkpoint, files)
     if fingerprint is not None and _verified.get(folder) == fingerprint:
         return
     problems = file_problems(checkpoint, files, mode)
@@ -138,7 +138,9 @@ def _verify_against_manifest(folder: Path, checkpoint: Path, mode: str) -> None:
     _verified[folder] = fingerprint
 
 
-def _fingerprint(root: Path, files: Mapping) -> tuple | None:
+def stat_fingerprint(root: Path, files: Mapping) -> tuple | None:
+    """Cheap (size, mtime) fingerprint of ``files`` under ``root``, to skip re-hashing an
+    unchanged checkpoint; None when a file is missing."""
     try:
         stats = [(rel, (root / rel).stat()) for rel in sorted(files)]
     except OSError:

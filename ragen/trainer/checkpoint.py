@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ragen.checkpoint_verify import file_problems, sha256_file
+from ragen.checkpoint_verify import file_problems, sha256_file, stat_fingerprint
 from ragen.errors import CheckpointError
 
 FORMAT_NAME = "ragen-checkpoint"
@@ -203,7 +203,7 @@ class CheckpointManager:
                 f"checkpoint {folder} has format version {manifest['version']}, newer than this "
                 f"ragen understands ({FORMAT_VERSION}). Upgrade ragen to load it."
             )
-        fingerprint = _stat_fingerprint(folder, files)
+        fingerprint = stat_fingerprint(folder, files)
         cached = self._verified.get(folder.resolve())
         if cached is not None and cached[0] == fingerprint and fingerprint is not None:
             return cached[1]
@@ -698,25 +698,13 @@ def _to_json(value: Any, what: str) -> str:
         ) from None
 
 
-_sha256 = sha256_file  # shared with the loaders' check (ragen.checkpoint_verify)
-
-
 def _describe_files(folder: Path) -> dict[str, dict]:
     """``{relative path: {"size", "sha256"}}`` of every file; also fsyncs them to disk."""
     files = {}
     for file in sorted(p for p in folder.rglob("*") if p.is_file()):
         rel = file.relative_to(folder).as_posix()
-        files[rel] = {"size": file.stat().st_size, "sha256": _sha256(file, fsync=True)}
+        files[rel] = {"size": file.stat().st_size, "sha256": sha256_file(file, fsync=True)}
     return files
-
-
-def _stat_fingerprint(folder: Path, files: Mapping) -> tuple | None:
-    """Cheap (size, mtime) fingerprint used to skip re-hashing an unchanged checkpoint."""
-    try:
-        stats = [(rel, (folder / rel).stat()) for rel in sorted(files)]
-    except OSError:
-        return None
-    return tuple((rel, st.st_size, st.st_mtime_ns) for rel, st in stats)
 
 
 def _write_synced(file: Path, text: str) -> None:
