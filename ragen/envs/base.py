@@ -46,6 +46,8 @@ import numpy as np
 
 from ragen.errors import EnvContractError
 
+from .facts import Fact
+
 #: ``(observation, reward, terminated, truncated, info)``
 StepResult = tuple[str, float, bool, bool, dict[str, Any]]
 
@@ -179,6 +181,23 @@ class Env(ABC):
         """
         text = self.render("text")
         return text if isinstance(text, str) else None
+
+    # -- reasoning checks (ragen.envs.facts) ------------------------------------------
+    #: kinds of fact a grounded thought states about this env (empty: no checker; the
+    #: env then supports only the ``no_think`` and ``free_think`` reasoning formats)
+    fact_kinds: ClassVar[tuple[str, ...]] = ()
+    #: kinds a world-model prediction states (the objects an action can move)
+    prediction_kinds: ClassVar[tuple[str, ...]] = ()
+
+    def state_facts(self) -> list[Fact]:
+        """The facts of the current state that a grounded thought must state, in
+        canonical order (``format_facts`` gives the expected text)."""
+        raise NotImplementedError(f"{type(self).__name__} has no state checker (fact_kinds)")
+
+    def predict_facts(self, actions: list[str]) -> list[Fact]:
+        """Facts (of ``prediction_kinds``) of the state after the intended outcome of
+        ``actions`` from the current state, without changing the env."""
+        raise NotImplementedError(f"{type(self).__name__} has no state checker (fact_kinds)")
 
     def oracle_action(self) -> str | None:
         """The solver's next action from the current state, or None when unknown."""
