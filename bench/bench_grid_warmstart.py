@@ -101,7 +101,7 @@ def main() -> None:
         max_actions_per_turn=args.actions_per_turn,
         prompt_style="compact",
         context_window=window,
-        think=not args.no_think,
+        reasoning="no_think" if args.no_think else "free_think",
     )
     cfg = SFTConfig(
         env=args.env,

@@ -103,7 +103,7 @@ def add_rollout_flags(
 ) -> None:
     """Add one ``--flag`` per :class:`~ragen.agent.rollout.RolloutConfig` field in ``names``
     (default: all but ``env_groups``/``group_size``/``seed``): ``max_new_tokens`` ->
-    ``--max-new-tokens``, the bool ``think`` -> ``--think``/``--no-think``.
+    ``--max-new-tokens``, a bool ``flag`` -> ``--flag``/``--no-flag``.
 
     Every flag's argparse default is None, so a flag given on the command line is told
     apart from one left out (:func:`given_rollout_flags`); the effective default (the
@@ -115,9 +115,14 @@ def add_rollout_flags(
 
     from ragen.agent.context import TEMPLATE_STRATEGIES
     from ragen.agent.prompts import PROMPT_STYLES
+    from ragen.agent.reasoning import REASONING_FORMATS
     from ragen.agent.rollout import RolloutConfig
 
-    choices = {"prompt_style": PROMPT_STYLES, "template_strategy": TEMPLATE_STRATEGIES}
+    choices = {
+        "prompt_style": PROMPT_STYLES,
+        "template_strategy": TEMPLATE_STRATEGIES,
+        "reasoning": REASONING_FORMATS,
+    }
     known = {f.name: f for f in fields(RolloutConfig)}
     wanted = names or [n for n in known if n not in ("env_groups", "group_size", "seed")]
     group = parser.add_argument_group("rollout (the same knobs as `ragen train rollout.*`)")

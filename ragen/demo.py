@@ -40,7 +40,7 @@ class EnvShape:
     actions_per_turn: int  # the expert's, and the limit the prompt states
     context_window: int | None  # None: the whole history in one sample; 0: current state only
 
-    def rollout(self, budget: Budget):
+    def rollout(self, budget: Budget, env: str = ""):
         """The :class:`~ragen.agent.rollout.RolloutConfig` of SFT data and evaluation
         (``ragen train`` gets the same knobs from :func:`rollout_overrides`)."""
         from ragen.agent.rollout import RolloutConfig
@@ -49,9 +49,10 @@ class EnvShape:
             max_turns=self.max_turns,
             max_actions_per_turn=self.actions_per_turn,
             context_window=self.context_window,
-            max_new_tokens=budget.max_new_tokens,
+            max_new_tokens=budget.new_tokens(env),
             max_model_len=2048,
             prompt_style=budget.prompt_style,
+            reasoning=budget.reasoning_of(env),
         )
 
     @property
@@ -72,14 +73,23 @@ ENV_SHAPE = {
 }
 
 
-def rollout_overrides(env: str) -> list[str]:
-    """``ragen train`` overrides that play ``env`` with its demo shape."""
+def rollout_overrides(env: str, budget: Budget | None = None) -> list[str]:
+    """``ragen train`` overrides that play ``env`` with its demo shape (and, given a
+    ``budget``, its reply format, token budget and reasoning-reward weights)."""
     shape = ENV_SHAPE[env]
     out = [
         f"env={env}",
         f"rollout.max_turns={shape.max_turns}",
         f"rollout.max_actions_per_turn={shape.actions_per_turn}",
     ]
+    if budget is not None:
+        out += [
+            f"rollout.reasoning={budget.reasoning_of(env)}",
+            f"rollout.max_new_tokens={budget.new_tokens(env)}",
+            f"rollout.prompt_style={budget.prompt_style}",
+        ]
+        out += [f"rollout.{k}_reward={w}" for k, w in budget.reasoning_rewards_of(env).items()]
+        out += [f"env.config.{k}={v}" for k, v in budget.env_config(env).items()]
     if shape.context_window is not None:
         out.append(f"rollout.context_window={shape.context_window}")
     return out
@@ -125,6 +135,53 @@ class Budget:
         default_factory=lambda: {"bandit": 16, "frozen_lake": 32, "sokoban": 32}
     )
     extra: list[str] = field(default_factory=list)  # more `ragen train` overrides
+    # the grids' reply format (ragen.agent.reasoning), in SFT data, RL and evaluation;
+    # envs without a state checker (the bandit) keep free_think when it needs facts
+    reasoning: str = "free_think"
+    # RL weights of the rule-checked reasoning rewards ({"grounding": 0.5, ...}), for
+    # the envs whose format earns them
+    reasoning_rewards: dict[str, float] = field(default_factory=dict)
+    # per-turn budget for the structured formats: a Sokoban thought stating its state
+    # and prediction is ~50 tokens of the tiny tokenizer, against ~15 for free_think
+    structured_max_new_tokens: int = 96
+    # the grids' observation format (grid, coord, grid_coord; ragen.envs.facts)
+    observation_format: str = "grid"
+
+    def env_config(self, env: str) -> dict[str, Any]:
+        """The env's own config keys the budget sets (the grids' observation format)."""
+        if self.observation_format != "grid" and _has_facts(env):
+            return {"observation_format": self.observation_format}
+        return {}
+
+    def reasoning_of(self, env: str) -> str:
+        """The reply format ``env`` is played with."""
+        from ragen.agent.reasoning import needs_facts
+
+        if needs_facts(self.reasoning) and not _has_facts(env):
+            return "free_think"
+        return self.reasoning
+
+    def new_tokens(self, env: str) -> int:
+        """``rollout.max_new_tokens`` for ``env``'s reply format."""
+        from ragen.agent.reasoning import SECTIONS
+
+        if SECTIONS[self.reasoning_of(env)]:
+            return max(self.max_new_tokens, self.structured_max_new_tokens)
+        return self.max_new_tokens
+
+    def reasoning_rewards_of(self, env: str) -> dict[str, float]:
+        """The reward weights that apply to ``env``'s format (the others are dropped)."""
+        from ragen.agent.rollout import format_rewards
+
+        allowed = format_rewards(self.reasoning_of(env))
+        return {k: w for k, w in self.reasoning_rewards.items() if k in allowed}
+
+
+def _has_facts(env: str) -> bool:
+    """Whether registered env ``env`` has a state checker (``Env.fact_kinds``)."""
+    import ragen.envs as envs
+
+    return bool(envs.make(env).fact_kinds)
 
 
 BUDGETS = {
@@ -211,7 +268,8 @@ class Demo:
         shape, b = ENV_SHAPE[env], self.budget
         cfg = SFTConfig(
             env=env,
-            rollout=shape.rollout(b),
+            env_config=b.env_config(env),
+            rollout=shape.rollout(b, env),
             episodes=b.sft_episodes[env],
             epsilon=b.sft_epsilon[env],
             epochs=b.sft_epochs,
@@ -245,7 +303,7 @@ class Demo:
         b = self.budget
         steps = b.rl_steps[env]
         overrides = [
-            *rollout_overrides(env),
+            *rollout_overrides(env, b),
             "algo=starpo-s",
             "model=tiny",  # the tiny preset's learning rates and lengths ...
             f"model.path={self.sft_dir(env)}",  # ... for this tiny:nano warm start
@@ -259,8 +317,6 @@ class Demo:
             f"trainer.save_every={steps}",
             f"trainer.run_dir={self.rl_dir(env)}",
             f"trainer.seed={self.seed}",
-            f"rollout.max_new_tokens={b.max_new_tokens}",
-            f"rollout.prompt_style={b.prompt_style}",
             *b.extra,
         ]
         self.log(f"[{env}] StarPO-S: {steps} steps of {b.env_groups}x{b.group_size} rollouts")
@@ -271,9 +327,15 @@ class Demo:
 
         n = self.budget.eval_episodes
         shape = ENV_SHAPE[env]
-        rollout = shape.rollout(self.budget)  # the same limits the agent trained under
+        rollout = shape.rollout(self.budget, env)  # the same limits the agent trained under
         common = dict(
-            env=env, n=n, temperature=0.5, max_turns=shape.max_turns, seed=self.seed, config=rollout
+            env=env,
+            n=n,
+            temperature=0.5,
+            max_turns=shape.max_turns,
+            seed=self.seed,
+            config=rollout,
+            env_config=self.budget.env_config(env),
         )
         rows = self.results.setdefault(env, {})
         policies = {"random": "random", "oracle": "oracle"}
@@ -467,6 +529,20 @@ def _add_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the model, data and training")
     p.add_argument(
+        "--reasoning",
+        default=None,
+        help="the grids' reply format: no_think, free_think, grounding, world_modeling, "
+        "grounding_world_modeling (default: the budget's, free_think)",
+    )
+    p.add_argument(
+        "--reasoning-reward",
+        action="append",
+        default=[],
+        metavar="NAME=WEIGHT",
+        help="RL weight of a reasoning reward: grounding, world_model or consistency "
+        "(repeatable; default: none, the rewards are only logged)",
+    )
+    p.add_argument(
         "--jobs",
         type=int,
         default=None,
@@ -475,13 +551,44 @@ def _add_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def budget_from_args(args: argparse.Namespace) -> Budget:
+    """The ``--budget`` preset with ``--reasoning`` / ``--reasoning-reward`` applied."""
+    import dataclasses
+
+    from ragen.agent.reasoning import REASONING_FORMATS
+    from ragen.agent.reasoning_rewards import REASONING_REWARDS
+    from ragen.cli_utils import parse_key_values
+
+    budget = BUDGETS[args.budget]
+    changes: dict[str, Any] = {}
+    if getattr(args, "reasoning", None) is not None:
+        if args.reasoning not in REASONING_FORMATS:
+            raise UsageError(
+                f"--reasoning {args.reasoning!r} is not a format; use one of "
+                f"{', '.join(REASONING_FORMATS)}"
+            )
+        changes["reasoning"] = args.reasoning
+    weights = parse_key_values(getattr(args, "reasoning_reward", []) or [], "--reasoning-reward")
+    if weights:
+        unknown = sorted(set(weights) - set(REASONING_REWARDS))
+        if unknown:
+            raise UsageError(
+                f"--reasoning-reward: unknown reward(s) {unknown}; use {', '.join(REASONING_REWARDS)}"
+            )
+        bad = {k: v for k, v in weights.items() if not isinstance(v, (int, float)) or v < 0}
+        if bad:
+            raise UsageError(f"--reasoning-reward: weights must be numbers >= 0, got {bad}")
+        changes["reasoning_rewards"] = {k: float(v) for k, v in weights.items()}
+    return dataclasses.replace(budget, **changes) if changes else budget
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
 
     torch.manual_seed(args.seed)
 
     envs = args.env or list(DEFAULT_ENVS)
-    demo = Demo(Path(args.out), BUDGETS[args.budget], envs, args.seed)
+    demo = Demo(Path(args.out), budget_from_args(args), envs, args.seed)
     jobs = args.jobs if args.jobs is not None else default_jobs(len(envs))
     if jobs < 1:
         raise UsageError(f"--jobs must be >= 1, got {jobs}")

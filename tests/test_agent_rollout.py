@@ -155,7 +155,7 @@ def test_format_penalty_and_reward():
 def test_no_think_mode():
     policy, _ = _scripted(lambda p, c, r: "<answer>left || right</answer>")
     m = EnvStateManager(LINE, {"length": 30}, env_groups=1, group_size=1)
-    (t,) = run_rollout(policy, m, _config(max_turns=1, think=False), [3]).trajectories
+    (t,) = run_rollout(policy, m, _config(max_turns=1, reasoning="no_think"), [3]).trajectories
     assert t.turns[0].format_ok and t.turns[0].executed_actions == ["left", "right"]
     assert "<think>" not in t.turns[0].prompt
 

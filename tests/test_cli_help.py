@@ -49,4 +49,5 @@ def test_rollout_flags_show_their_effective_default(capsys):
     out = capsys.readouterr().out
     assert "rollout.max_new_tokens (default: 400)" in out
     assert "rollout.temperature (default: 0.5)" in out  # eval's own default
-    assert "--think, --no-think" in out and "(default: 256)" in out
+    assert "--reasoning {no_think,free_think," in out and "(default: 256)" in out
+    assert "rollout.reasoning (default: free_think)" in out

@@ -41,7 +41,7 @@ RUN_ROLLOUT_KEYS = (
     "max_actions_per_trajectory",
     "max_new_tokens",
     "max_model_len",
-    "think",
+    "reasoning",
     "separator",
     "format_penalty",
     "format_reward",
@@ -98,6 +98,8 @@ def run_rollout_settings(train_config: str | Path) -> dict[str, Any]:
             f"cannot read the run's settings from {path} ({err}). Fix: pass the rollout "
             "flags yourself, or point --model at the actor folder's copy"
         ) from err
+    if "reasoning" not in rollout and "think" in rollout:  # a run from before rollout.reasoning
+        rollout = {**rollout, "reasoning": "free_think" if rollout["think"] else "no_think"}
     return {k: rollout[k] for k in RUN_ROLLOUT_KEYS if k in rollout}
 
 

@@ -25,6 +25,10 @@ format_error_rate        badly formatted turns / turns
 truncation_rate          fraction of episodes ended by ``max_model_len`` (end_reason
                          ``context_overflow``)
 env_truncation_rate      fraction of episodes the env truncated (``env_truncated``)
+reward/grounding         mean over turns of the reasoning scores (present only when the
+reward/world_model       reply format and env produce them; malformed turns count 0;
+reward/consistency       ``ragen.agent.reasoning_rewards``), rewarded or not
+thought_words            words per turn in the thought (turns of a format with one)
 =======================  ==========================================================
 """
 
@@ -119,8 +123,29 @@ def rollout_metrics(
         # episodes the env truncated (a hidden step limit, gymnasium's TimeLimit)
         "env_truncation_rate": _mean([float(h.end_reason == "env_truncated") for h in heads]),
     }
+    out.update(_reasoning_metrics(heads))
     if token_turns:
         total_tokens = sum(n for n, _ in token_turns)
         total_turns = sum(t for _, t in token_turns)
         out["response_length"] = total_tokens / total_turns if total_turns else 0.0
+    return out
+
+
+def _reasoning_metrics(heads: Sequence[Trajectory]) -> dict[str, float]:
+    """``reward/<name>`` per reasoning reward and ``thought_words``, over all turns."""
+    from .reasoning_rewards import REASONING_REWARDS
+
+    turns = [turn for h in heads for turn in h.turns]
+    out: dict[str, float] = {}
+    for name in REASONING_REWARDS:
+        scores = [
+            turn.info["reasoning_scores"][name]
+            for turn in turns
+            if name in turn.info.get("reasoning_scores", {})
+        ]
+        if scores:
+            out[f"reward/{name}"] = _mean(scores)
+    with_thought = [turn for turn in turns if turn.format_ok and turn.thought]
+    if with_thought:
+        out["thought_words"] = _mean([len(turn.thought.split()) for turn in with_thought])
     return out

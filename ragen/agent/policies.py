@@ -26,8 +26,9 @@ from typing import Any
 
 from ragen.engines.base import SamplingParams
 from ragen.envs.base import Env, derive_seed
+from ragen.envs.facts import format_facts
 
-from .parsing import format_response
+from .reasoning import SECTIONS, format_reply
 
 
 @dataclass
@@ -39,7 +40,7 @@ class TurnRequest:
     prompt_ids: list[int] | None = None  # token prompt (when the rollout has a tokenizer)
     turn: int = 0
     max_actions: int = 1  # actions this turn may execute (per-turn and trajectory budget)
-    think: bool = True
+    reasoning: str = "free_think"  # the reply format (ragen.agent.reasoning)
     separator: str = "||"
     rng_seed: int = 0  # reproducible per (rollout seed, episode, turn), batch-order free
 
@@ -124,15 +125,36 @@ class _ActionPolicy(Policy):
             rng = random.Random(derive_seed(self.name, self.seed, r.rng_seed))
             n = max(1, min(self.actions_per_turn, r.max_actions))
             actions = self.choose(r.env, n, rng)
-            text = format_response(actions, self.thought(actions), r.think, r.separator)
-            outputs.append(PolicyOutput(text=text, info={"actions": actions}))
+            outputs.append(PolicyOutput(text=self.reply(r, actions), info={"actions": actions}))
         return outputs
+
+    def reply(self, request: TurnRequest, actions: list[str]) -> str:
+        """A well-formed reply in the request's reasoning format: a structured thought
+        states the true facts of the current state, a plan that names ``actions``, and
+        the intended outcome of ``actions`` (what the reasoning rewards score as right).
+        Called before any of ``actions`` runs, so the env still shows the current state."""
+        fmt, env = request.reasoning, request.env
+        sections = SECTIONS[fmt]
+        if not sections:
+            return format_reply(actions, fmt, request.separator, thought=self.thought(actions))
+        return format_reply(
+            actions,
+            fmt,
+            request.separator,
+            observation=format_facts(env.state_facts()) if "observation" in sections else "",
+            plan=self.plan(actions),
+            prediction=format_facts(env.predict_facts(actions)) if "prediction" in sections else "",
+        )
 
     @abstractmethod
     def choose(self, env: Env, n: int, rng: random.Random) -> list[str]: ...
 
     def thought(self, actions: list[str]) -> str:
         return ""
+
+    def plan(self, actions: list[str]) -> str:
+        """The ``<reasoning>`` section: names the chosen actions last, in order."""
+        return f"I go {', then '.join(actions)}."
 
 
 def _random_action(env: Env, rng: random.Random) -> str:

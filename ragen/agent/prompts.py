@@ -27,6 +27,8 @@ Two styles:
 
 from __future__ import annotations
 
+from .reasoning import SECTIONS, compact_reply_shape, format_guide, reply_shape
+
 PROMPT_VERSION = 2  # 2: the turn header shows max_turns
 PROMPT_STYLES = ("full", "compact")
 
@@ -37,48 +39,85 @@ def _check_style(style: str) -> None:
 
 
 def format_instructions(
-    think: bool = True, separator: str = "||", max_actions_per_turn: int = 5
+    reasoning: str = "free_think",
+    separator: str = "||",
+    max_actions_per_turn: int = 5,
+    fact_kinds: tuple[str, ...] = (),
+    prediction_kinds: tuple[str, ...] = (),
 ) -> str:
-    """How the policy must format its reply (a paragraph of the system message)."""
+    """How the policy must format its reply (a paragraph of the system message); the
+    structured reasoning formats add what goes into each section of the thought."""
     many = (
         f"You may give up to {max_actions_per_turn} actions in one answer, separated by "
         f'"{separator}"; they are executed in order.'
         if max_actions_per_turn > 1
         else "Give exactly one action in the answer."
     )
-    if think:
-        shape = (
-            "Respond in exactly this format and nothing else:\n"
-            f"<think>your reasoning</think><answer>action1 {separator} action2</answer>"
-        )
+    # no_think and free_think keep PROMPT_VERSION 2's wording byte for byte
+    if reasoning == "free_think":
+        shape = f"<think>your reasoning</think><answer>action1 {separator} action2</answer>"
+    elif reasoning == "no_think":
+        shape = f"<answer>action1 {separator} action2</answer>"
     else:
-        shape = (
-            "Respond in exactly this format and nothing else:\n"
-            f"<answer>action1 {separator} action2</answer>"
-        )
-    return f"{shape}\n{many}"
+        shape = reply_shape(reasoning, separator)
+    text = f"Respond in exactly this format and nothing else:\n{shape}\n{many}"
+    guide = format_guide(reasoning, fact_kinds, prediction_kinds)
+    return f"{text}\n{guide}" if guide else text
 
 
 def system_message(
     instructions: str,
-    think: bool = True,
+    reasoning: str = "free_think",
     separator: str = "||",
     max_actions_per_turn: int = 5,
     style: str = "full",
     action_names: list[str] | None = None,
+    fact_kinds: tuple[str, ...] = (),
+    prediction_kinds: tuple[str, ...] = (),
 ) -> str:
     """Environment rules followed by the response format (``style="compact"``: the
-    action vocabulary instead of the rules, when the env has a discrete one)."""
+    action vocabulary instead of the rules, when the env has a discrete one).
+
+    ``reasoning`` is one of :data:`ragen.agent.reasoning.REASONING_FORMATS`;
+    ``fact_kinds``/``prediction_kinds`` (the env's) name what a grounded thought and a
+    prediction state.
+    """
     _check_style(style)
     if style == "compact":
-        reply = "<think>...</think><answer>...</answer>" if think else "<answer>...</answer>"
         actions = f"Actions: {', '.join(action_names)}. " if action_names else ""
-        return (
-            f"{actions}Reply {reply}, at most {max_actions_per_turn} actions joined by {separator}."
+        text = (
+            f"{actions}Reply {_compact_shape(reasoning)}, at most "
+            f"{max_actions_per_turn} actions joined by {separator}."
         )
+        kinds = _compact_kinds(reasoning, fact_kinds, prediction_kinds)
+        return f"{text} {kinds}" if kinds else text
     rules = instructions.strip()
-    fmt = format_instructions(think, separator, max_actions_per_turn)
+    fmt = format_instructions(
+        reasoning, separator, max_actions_per_turn, fact_kinds, prediction_kinds
+    )
     return f"{rules}\n\n{fmt}" if rules else fmt
+
+
+def _compact_shape(reasoning: str) -> str:
+    """The reply's shape in a compact prompt and in every full-style user message."""
+    if reasoning == "free_think":
+        return "<think>...</think><answer>...</answer>"
+    if reasoning == "no_think":
+        return "<answer>...</answer>"
+    return compact_reply_shape(reasoning)
+
+
+def _compact_kinds(
+    reasoning: str, fact_kinds: tuple[str, ...], prediction_kinds: tuple[str, ...]
+) -> str:
+    """The compact prompt's one-line reminder of what the fact sections hold."""
+    sections = SECTIONS[reasoning]
+    parts = []
+    if "observation" in sections:
+        parts.append(f"observation: {', '.join(fact_kinds)} as kind (row,col)")
+    if "prediction" in sections:
+        parts.append(f"prediction: {', '.join(prediction_kinds)} after your actions")
+    return "; ".join(parts) + "." if parts else ""
 
 
 def user_message(
@@ -87,7 +126,7 @@ def user_message(
     actions_left: int,
     max_actions_per_turn: int,
     previous_reward: float | None = None,
-    think: bool = True,
+    reasoning: str = "free_think",
     *,
     max_turns: int,
     style: str = "full",
@@ -109,6 +148,5 @@ def user_message(
     lines.append(observation.rstrip())
     per_turn = min(actions_left, max_actions_per_turn)
     lines.append(f"You have {actions_left} actions left (at most {per_turn} this turn).")
-    reminder = "<think>...</think><answer>...</answer>" if think else "<answer>...</answer>"
-    lines.append(f"Reply as {reminder} with nothing else.")
+    lines.append(f"Reply as {_compact_shape(reasoning)} with nothing else.")
     return "\n".join(lines)

@@ -9,7 +9,8 @@ Per turn, for every live environment: build the user message (turn number of
 ``max_turns``, state, previous reward, actions left), extend the token context
 (``ContextManager``), and end the episode (``context_overflow``) if
 ``len(prompt) + max_new_tokens > max_model_len``. Then ONE ``policy.act`` call for all
-live environments. Each response is parsed strictly (``parse_response``); a malformed
+live environments. Each response is parsed strictly (``parse_reply`` for the
+``reasoning`` format); a malformed
 turn executes nothing and earns ``format_penalty``, a well-formed one earns
 ``format_reward`` plus the env rewards of its executed actions (at most
 ``max_actions_per_turn``, within ``max_actions_per_trajectory``).
@@ -32,8 +33,10 @@ from ragen.envs.base import StepResultError, check_step_result, derive_seed
 from . import prompts
 from .context import ChatFormat, ContextManager, SampleIds
 from .env_manager import EnvStateManager
-from .parsing import ANSWER_CLOSE, clean_text, parse_response
+from .parsing import ANSWER_CLOSE, clean_text
 from .policies import Policy, PolicyOutput, TurnRequest
+from .reasoning import REASONING_FORMATS, parse_reply
+from .reasoning_rewards import REASONING_REWARDS, ReasoningScores, applicable_rewards, score_turn
 from .trajectory import Trajectory, TurnRecord
 
 
@@ -53,7 +56,15 @@ class RolloutConfig:
     max_actions_per_trajectory: int = 10  # actions per episode (the episode ends when spent)
     max_new_tokens: int = 400  # generation budget per turn
     max_model_len: int = 4096  # prompt + max_new_tokens must fit, else the episode ends
-    think: bool = True  # <think>..</think><answer>..</answer> (False: <answer> only)
+    # how the reply reasons (ragen.agent.reasoning): no_think (<answer> only), free_think
+    # (<think>..</think><answer>..</answer>), grounding, world_modeling,
+    # grounding_world_modeling (sections inside the thought, checked against the env)
+    reasoning: str = "free_think"
+    # weights of the rule-checked reasoning rewards added to each turn's reward
+    # (ragen.agent.reasoning_rewards); 0 = scored and logged, not rewarded
+    grounding_reward: float = 0.0  # share of the <observation> facts true of the state
+    world_model_reward: float = 0.0  # <prediction> matches the (intended) next state
+    consistency_reward: float = 0.0  # the thought names the answer's actions last
     separator: str = "||"  # between actions inside <answer>
     format_penalty: float = -0.1  # added to a badly formatted turn's reward
     format_reward: float = 0.0  # added to a well-formed turn's reward
@@ -73,6 +84,19 @@ class RolloutConfig:
         from .context import TEMPLATE_STRATEGIES
 
         check_choice(f"{prefix}prompt_style", self.prompt_style, prompts.PROMPT_STYLES)
+        check_choice(f"{prefix}reasoning", self.reasoning, REASONING_FORMATS)
+        for name in REASONING_REWARDS:
+            weight = self.reward_weights[name]
+            if weight < 0:
+                raise ConfigError(
+                    f"{prefix}{name}_reward: must be >= 0, got {weight}. Fix: 0 turns it off"
+                )
+            if weight > 0 and name not in format_rewards(self.reasoning):
+                raise ConfigError(
+                    f"{prefix}{name}_reward={weight} has no effect with "
+                    f"{prefix}reasoning={self.reasoning} (no {_REWARD_SECTION[name]} in the reply). "
+                    f"Fix: set {prefix}reasoning to a format with it, or {prefix}{name}_reward=0"
+                )
         check_choice(f"{prefix}template_strategy", self.template_strategy, TEMPLATE_STRATEGIES)
         for name in (
             "env_groups",
@@ -112,6 +136,16 @@ class RolloutConfig:
                 f"model context. Fix: lower {prefix}max_new_tokens or raise {prefix}max_model_len"
             )
 
+    @property
+    def think(self) -> bool:
+        """Whether the reply has a ``<think>`` block (every format but ``no_think``)."""
+        return self.reasoning != "no_think"
+
+    @property
+    def reward_weights(self) -> dict[str, float]:
+        """``{reward: weight}`` for :data:`REASONING_REWARDS`."""
+        return {name: float(getattr(self, f"{name}_reward")) for name in REASONING_REWARDS}
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RolloutConfig:
         known = {f.name for f in fields(cls)}
@@ -119,6 +153,35 @@ class RolloutConfig:
         if unknown:
             raise KeyError(f"unknown rollout config key(s) {unknown}; known: {sorted(known)}")
         return cls(**d)
+
+
+_REWARD_SECTION = {
+    "grounding": "<observation> section",
+    "world_model": "<prediction> section",
+    "consistency": "<think> block",
+}
+
+
+def format_rewards(reasoning: str) -> tuple[str, ...]:
+    """The reasoning rewards a reply format can earn with an env that has a state checker
+    and a discrete action list."""
+    return applicable_rewards(reasoning, ("any",), ["any"])
+
+
+def check_env_supports(env: Any, reasoning: str) -> None:
+    """Raise :class:`~ragen.errors.ConfigError` when ``env`` cannot check the facts that
+    ``reasoning`` asks the reply to state."""
+    from ragen.errors import ConfigError
+
+    from .reasoning import needs_facts
+
+    if needs_facts(reasoning) and not getattr(env, "fact_kinds", ()):
+        raise ConfigError(
+            f"rollout.reasoning={reasoning}: environment {env.name or type(env).__name__!r} "
+            "has no state checker (Env.fact_kinds), so its observations and predictions "
+            "cannot be checked. Fix: use rollout.reasoning=free_think or no_think, or a "
+            "grid env (frozen_lake, sokoban and their variants)"
+        )
 
 
 @dataclass
@@ -180,13 +243,16 @@ def run_rollout(
 
     episodes: list[_Episode] = []
     for i, env in enumerate(manager.envs):
+        check_env_supports(env, config.reasoning)
         system = prompts.system_message(
             env.instructions,
-            config.think,
+            config.reasoning,
             config.separator,
             config.max_actions_per_turn,
             style=config.prompt_style,
             action_names=env.action_names,
+            fact_kinds=tuple(env.fact_kinds),
+            prediction_kinds=tuple(env.prediction_kinds),
         )
         g = manager.group_of(i)
         ctx = ContextManager(fmt, system, config.context_window) if fmt else None
@@ -261,7 +327,7 @@ def _open_turn(
         left,
         config.max_actions_per_turn,
         prev,
-        config.think,
+        config.reasoning,
         max_turns=config.max_turns,
         style=config.prompt_style,
     )
@@ -286,7 +352,7 @@ def _open_turn(
         prompt_ids=prompt_ids,
         turn=turn,
         max_actions=min(config.max_actions_per_turn, left),
-        think=config.think,
+        reasoning=config.reasoning,
         separator=config.separator,
         rng_seed=derive_seed("policy", config.seed, ep.seed, member, turn),
     )
@@ -302,7 +368,7 @@ def _close_turn(
 ) -> int:
     """Record the response, execute its actions, score the turn. Returns #response ids."""
     observation = ep.observation  # the state this turn answered
-    # a reply with a lone surrogate is a format error of this turn (parse_response),
+    # a reply with a lone surrogate is a format error of this turn (parse_reply),
     # never an exception when it is tokenized or written to disk
     text = clean_text(out.text if isinstance(out.text, str) else str(out.text))
     n_tokens = 0
@@ -312,9 +378,11 @@ def _close_turn(
         n_tokens = len(ids)
     ep.messages.append({"role": "assistant", "content": text})
 
-    parsed = parse_response(_cut_at_stop(text, out.finish_reason), config.think, config.separator)
+    parsed = parse_reply(_cut_at_stop(text, out.finish_reason), config.reasoning, config.separator)
     budget = min(config.max_actions_per_turn, _actions_left(ep, config))
     executed = parsed.actions[:budget] if parsed.format_ok else []
+    # scored against the state the reply answered, before any action runs
+    scores = _score_reasoning(env, parsed, config.reasoning, executed)
     env_reward, valid, effective = 0.0, [], []
     terminated = truncated = False
     for action in executed:
@@ -333,7 +401,8 @@ def _close_turn(
     if not parsed.format_ok:
         ep.num_format_errors += 1
     shaping = config.format_reward if parsed.format_ok else config.format_penalty
-    reward = env_reward + shaping
+    reasoning_reward = scores.total(config.reward_weights)
+    reward = env_reward + shaping + reasoning_reward
     ep.turn_rewards.append(reward)
     ep.turn_token_counts.append(n_tokens)
     ep.end_reason = _end_reason(
@@ -360,10 +429,36 @@ def _close_turn(
                 "action_is_effective": effective,
                 "finish_reason": out.finish_reason,
                 "num_tokens": n_tokens,
+                "reasoning_scores": scores.as_dict(),
+                "reasoning_reward": reasoning_reward,
             },
         )
     )
     return n_tokens
+
+
+def _score_reasoning(env: Any, parsed: Any, reasoning: str, actions: list[str]) -> ReasoningScores:
+    """The reply's reasoning scores (ragen.agent.reasoning_rewards), computed for every
+    turn that can earn them, rewarded or not, so that their decay is visible in the logs.
+
+    ``actions`` are the ones about to run; the prediction is checked against the env's
+    *intended* outcome of them (``Env.predict_facts``), taken before they run.
+    """
+    fact_kinds = tuple(getattr(env, "fact_kinds", ()))
+    wanted = applicable_rewards(reasoning, fact_kinds, env.action_names)
+    if not wanted:
+        return ReasoningScores()
+    true_facts = env.state_facts() if "grounding" in wanted else None
+    predicted = env.predict_facts(list(actions)) if "world_model" in wanted else None
+    return score_turn(
+        parsed,
+        reasoning,
+        true_facts=true_facts,
+        predicted_truth=predicted,
+        fact_kinds=fact_kinds,
+        prediction_kinds=tuple(env.prediction_kinds),
+        action_names=env.action_names,
+    )
 
 
 def _end_after_last_turn(ep: _Episode, reason: str) -> None:

@@ -15,7 +15,8 @@ What gets built, deterministically from ``seed`` (same seed -> byte-identical fi
    (a few seeds, a few random actions each), plus prompt/response templates
    (``<think>``/``<answer>`` tags, "Turn 1", "actions left", action words, digits,
    arithmetic). Vocabulary ~3k. ``<think>``, ``</think>``, ``<answer>``, ``</answer>``
-   are single, non-special added tokens (they decode like text); the chat format's
+   and the reasoning sections' tags (``<observation>``, ``<reasoning>``,
+   ``<prediction>`` and their closing tags) are single, non-special added tokens (they decode like text); the chat format's
    control tokens are special tokens. eos = the end-of-turn token, so generation stops
    at the end of an assistant turn. The Jinja chat template supports
    ``add_generation_prompt``.
@@ -39,7 +40,19 @@ from pathlib import Path
 # ---------------------------------------------------------------------------------------
 
 #: tags the agent's response format uses; each becomes ONE non-special added token
-TAG_TOKENS = ["<think>", "</think>", "<answer>", "</answer>"]
+TAG_TOKENS = [
+    "<think>",
+    "</think>",
+    "<answer>",
+    "</answer>",
+    # the sections of the structured reasoning formats (ragen.agent.reasoning)
+    "<observation>",
+    "</observation>",
+    "<reasoning>",
+    "</reasoning>",
+    "<prediction>",
+    "</prediction>",
+]
 
 _CHATML_TEMPLATE = (
     "{% for message in messages %}"

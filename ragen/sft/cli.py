@@ -16,7 +16,7 @@ _SFT_ROLLOUT_FLAGS = [
     "max_turns",
     "max_actions_per_turn",
     "max_actions_per_trajectory",
-    "think",
+    "reasoning",
     "separator",
     "prompt_style",
     "context_window",

@@ -447,8 +447,9 @@ class StarPOTrainer:
         )
         trajectories: list[Trajectory] = result.trajectories
         timing["timing/rollout"] = time.perf_counter() - tic
+        # the reasoning rewards keep their own top-level keys (reward/grounding, ...)
         metrics = {
-            f"rollout/{k}": v
+            k if k.startswith("reward/") else f"rollout/{k}": v
             for k, v in rollout_metrics(trajectories, self.cfg.rollout.group_size).items()
         }
         # token-exactness checks of the context: both should stay 0 (docs/ROLLOUT.md)
