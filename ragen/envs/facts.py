@@ -29,6 +29,22 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from ragen.errors import check_choice
+
+#: the text observation formats of the grid envs (FrozenLake, Sokoban):
+#:
+#: * ``"grid"``: the symbol grid, one text row per grid row (the default);
+#: * ``"coord"``: the objects as facts, ``size (rows,cols); player (r,c); ...``, which
+#:   determine the whole state (each env documents what it lists);
+#: * ``"grid_coord"``: the grid, a newline, then the coord text.
+OBSERVATION_FORMATS: tuple[str, ...] = ("grid", "coord", "grid_coord")
+
+#: the sentence every grid env's instructions use for the coordinate convention
+COORDINATE_CONVENTION = (
+    "Cells are named (row,col), counted from 0 at the top-left: row 0 is the top row, "
+    "col 0 the leftmost column."
+)
+
 
 @dataclass(frozen=True, order=True)
 class Fact:
@@ -106,3 +122,19 @@ def match_score(stated: Sequence[Fact], truth: Sequence[Fact]) -> float:
         return 1.0
     common = sum((Counter(stated) & Counter(truth)).values())
     return common / max(len(stated), len(truth))
+
+
+def check_observation_format(value: str) -> str:
+    """``value`` if it is one of :data:`OBSERVATION_FORMATS`, else a
+    :class:`~ragen.errors.ConfigError` (a ``ValueError``) naming the choices."""
+    check_choice("observation_format", value, OBSERVATION_FORMATS)
+    return value
+
+
+def compose_observation(observation_format: str, grid: str, coord: str) -> str:
+    """The observation text of ``observation_format`` from the grid and the coord text."""
+    if observation_format == "grid":
+        return grid
+    if observation_format == "coord":
+        return coord
+    return f"{grid}\n{coord}"

@@ -10,6 +10,14 @@ Maps are random per seed (random start and goal, holes with ``hole_density``, al
 hole-free path between them) or given in gymnasium notation (``desc=["SFFF", ...]``).
 The oracle is the optimal policy for the slippery dynamics, found by value iteration
 on the probability of ever reaching the goal.
+
+Observation formats (``observation_format``, see ``ragen.envs.facts``)::
+
+    grid         coord                                          grid_coord
+    P_O_         size (4,4); player (0,0); goal (3,3);          the grid, a newline,
+    ____         hole (0,2); hole (2,3)                         then the coord text
+    ___O
+    ___G
 """
 
 from __future__ import annotations
@@ -20,7 +28,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .base import Env, StepResult, derive_seed, make_info
+from .base import Env, StepResult, derive_seed, make_info, normalize_action
+from .facts import (
+    COORDINATE_CONVENTION,
+    Fact,
+    check_observation_format,
+    compose_observation,
+    format_facts,
+)
 
 #: action names in gymnasium's order (0 = left, 1 = down, 2 = right, 3 = up)
 ACTION_NAMES: tuple[str, ...] = ("left", "down", "right", "up")
@@ -216,7 +231,18 @@ class FrozenLakeEnv(Env):
         max_steps: the episode is truncated (``truncated=True``) after this many steps
             (the observation does not show the step count).
         tile_size: pixel size of one cell in ``render("rgb")``.
+        observation_format: ``"grid"`` (default, the symbol grid), ``"coord"`` (the facts
+            ``size (rows,cols); player (r,c); goal (r,c); hole (r,c); ...`` with ALL
+            holes, which determine the state) or ``"grid_coord"`` (grid, newline, coord).
+
+    Facts (``ragen.envs.facts``): ``state_facts()`` is the player, the goal and the holes
+    next to the player; ``predict_facts(actions)`` is the player after the intended moves.
     """
+
+    fact_kinds = ("player", "goal", "hole")
+    prediction_kinds = ("player",)
+    #: kinds of the coord observation (``size (rows,cols)`` is the map's size, not a cell)
+    coord_kinds = ("size", "player", "goal", "hole")
 
     description = "FrozenLake: reach the goal on slippery ice, avoid holes (4x4, p=0.8)"
 
@@ -228,8 +254,10 @@ class FrozenLakeEnv(Env):
         desc: Sequence[str] | str | None = None,
         max_steps: int = 100,
         tile_size: int = 16,
+        observation_format: str = "grid",
     ) -> None:
         super().__init__()
+        self.observation_format = check_observation_format(observation_format)
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"p={p} must be a probability in [0, 1]")
         if not 0.0 <= hole_density < 1.0:
@@ -256,6 +284,9 @@ class FrozenLakeEnv(Env):
         self._start = self._flat.index("S")
         self._pos = self._start
         self._steps = 0
+        # the static part of the coord text: every hole, in (row, col) order
+        self._holes = [divmod(i, self.cols) for i, ch in enumerate(self._flat) if ch == "H"]
+        self._goal = divmod(self._flat.index("G"), self.cols)
 
     # -- episode ----------------------------------------------------------------------------
     def _reset(self, seed: int) -> None:
@@ -303,6 +334,49 @@ class FrozenLakeEnv(Env):
     def snapshot(self) -> object:
         return (self.desc, self._pos, self._steps, self.done, self.success)
 
+    def state_key(self) -> str:
+        """The grid text whatever ``observation_format`` is, so that the training /
+        validation split of initial states is the same in every format."""
+        return self.grid_text()
+
+    # -- facts (ragen.envs.facts) -----------------------------------------------------------
+    def state_facts(self) -> list[Fact]:
+        """``player (r,c); goal (r,c)`` then the holes among the player's up/down/left/right
+        neighbours inside the map, sorted by ``(row, col)``: what the agent must see to
+        choose a safe move. A player in a hole is on that hole's cell (the hole itself is
+        not listed: it is not a neighbour); on the goal, ``player`` and ``goal`` share a cell."""
+        r, c = self.position
+        holes = sorted(
+            (r + dr, c + dc)
+            for dr, dc in _MOVES
+            if 0 <= r + dr < self.rows
+            and 0 <= c + dc < self.cols
+            and self.desc[r + dr][c + dc] == "H"
+        )
+        return [Fact("player", r, c), Fact("goal", *self._goal)] + [
+            Fact("hole", hr, hc) for hr, hc in holes
+        ]
+
+    def predict_facts(self, actions: list[str]) -> list[Fact]:
+        """``[player (r,c)]`` after the INTENDED moves of ``actions`` from the current cell.
+
+        Each move is applied as if ``p = 1`` (no slipping), stopping at the first hole or
+        the goal (the episode would end there); unreadable actions are no-ops, as in
+        ``step`` (aliases ``l d r u``, any case). On slippery ice the prediction is thus
+        scored against the intended outcome, not the sampled one: the agent cannot know
+        the slip. The env, its step count and its RNG are untouched; the step limit is
+        ignored (it is not observed). After the end of an episode nothing moves.
+        """
+        pos = self._pos
+        if not self.done:
+            for action in actions:
+                if self._flat[pos] in "HG":
+                    break
+                a = ACTION_ALIASES.get(normalize_action(action))
+                if a is not None:
+                    pos = move(self.desc, pos, a)
+        return [Fact("player", *divmod(pos, self.cols))]
+
     def transition_table(self) -> dict[int, dict[int, list[tuple[float, int]]]]:
         """``{state: {action: [(prob, next_state)]}}`` for non-terminal states (compare
         with gymnasium's ``env.unwrapped.P``)."""
@@ -324,26 +398,65 @@ class FrozenLakeEnv(Env):
                 f"{self.p:.2f}; otherwise you slide to one of the two perpendicular directions "
                 f"(probability {(1 - self.p) / 2:.2f} each)."
             )
+        # the coord format shows no symbols, so its instructions have no symbol legend
+        symbols = (
+            ""
+            if self.observation_format == "coord"
+            else f"Symbols: {s['player']} you, {s['frozen']} frozen ice, {s['hole']} hole, "
+            f"{s['goal']} goal, {s['player_in_hole']} you in a hole, "
+            f"{s['player_on_goal']} you on the goal.\n"
+        )
         return (
             "You are walking on a frozen lake. Reach the goal without falling into a hole.\n"
             f"{ice} Moving into the edge of the map leaves you in place.\n"
-            f"Symbols: {s['player']} you, {s['frozen']} frozen ice, {s['hole']} hole, "
-            f"{s['goal']} goal, {s['player_in_hole']} you in a hole, "
-            f"{s['player_on_goal']} you on the goal.\n"
+            f"{symbols}"
             f"Reward: +1 for reaching the goal; falling into a hole ends the episode. "
             f"At most {self.max_steps} actions.\n"
+            f"{COORDINATE_CONVENTION}\n"
+            f"{self._coord_legend()}"
             "Actions: left, down, right, up (also l, d, r, u).\n"
             "Answer with one or more of: left, down, right, up (e.g. 'down || right')."
         )
 
+    def _coord_legend(self) -> str:
+        """How to read the coord observation (empty for the grid format)."""
+        if self.observation_format == "grid":
+            return ""
+        if self.observation_format == "coord":
+            shown = "The observation lists"
+        else:
+            shown = "Below the grid, the observation also lists"
+        return (
+            f"{shown} the map as 'kind (row,col)' facts separated by ';': "
+            "size (rows,cols) is the size of the map; player is you; goal is the goal; "
+            "hole lists every hole. Every other cell is frozen ice. You are in a hole or on "
+            "the goal when your cell is also listed as one.\n"
+        )
+
+    def grid_text(self) -> str:
+        """The symbol grid (the ``"grid"`` observation)."""
+        cell = {"H": SYMBOLS["hole"], "G": SYMBOLS["goal"]}
+        chars = [cell.get(ch, SYMBOLS["frozen"]) for ch in self._flat]
+        agent = {"H": SYMBOLS["player_in_hole"], "G": SYMBOLS["player_on_goal"]}
+        chars[self._pos] = agent.get(self._flat[self._pos], SYMBOLS["player"])
+        c = self.cols
+        return "\n".join("".join(chars[r * c : (r + 1) * c]) for r in range(self.rows))
+
+    def coord_text(self) -> str:
+        """The ``"coord"`` observation: ``size (rows,cols); player (r,c); goal (r,c)``
+        then every hole in ``(row, col)`` order. It determines the state: the map is the
+        size, goal and holes (everything else is ice) and the player is the only
+        dynamic object. The start cell is not listed: it plays no further role."""
+        facts = [Fact("size", self.rows, self.cols), Fact("player", *self.position)]
+        facts.append(Fact("goal", *self._goal))
+        facts.extend(Fact("hole", r, c) for r, c in self._holes)
+        return format_facts(facts)
+
     def render(self, mode: str = "text") -> str | np.ndarray:
         if mode == "text":
-            cell = {"H": SYMBOLS["hole"], "G": SYMBOLS["goal"]}
-            chars = [cell.get(ch, SYMBOLS["frozen"]) for ch in self._flat]
-            agent = {"H": SYMBOLS["player_in_hole"], "G": SYMBOLS["player_on_goal"]}
-            chars[self._pos] = agent.get(self._flat[self._pos], SYMBOLS["player"])
-            c = self.cols
-            return "\n".join("".join(chars[r * c : (r + 1) * c]) for r in range(self.rows))
+            if self.observation_format == "grid":
+                return self.grid_text()
+            return compose_observation(self.observation_format, self.grid_text(), self.coord_text())
         if mode == "rgb":
             from .rgb import compose
 

@@ -4,6 +4,15 @@ Rewards (the RAGEN paper's): -0.1 per step, +1 when a box is pushed onto a targe
 -1 when a box is pushed off one, +10 when the room is solved (the episode ends).
 Rooms are generated from the seed (solvable by construction, see ``generator``) or
 taken from a level file (level ``seed mod n``).
+
+Observation formats (``observation_format``, see ``ragen.envs.facts``)::
+
+    grid     coord
+    #####    size (5,5); player (1,1); box (2,2); target (3,3); wall (2,1)
+    #P__#
+    ##X_#    (``grid_coord``: the grid, a newline, then the coord text)
+    #__O#
+    #####
 """
 
 from __future__ import annotations
@@ -14,7 +23,14 @@ from typing import Any
 
 import numpy as np
 
-from ..base import Env, StepResult, derive_seed, make_info
+from ..base import Env, StepResult, derive_seed, make_info, normalize_action
+from ..facts import (
+    COORDINATE_CONVENTION,
+    Fact,
+    check_observation_format,
+    compose_observation,
+    format_facts,
+)
 from .generator import check_room_config, generate_room
 from .level_files import load_levels
 from .room import ACTION_ALIASES, ACTION_NAMES, Room, direction_offsets
@@ -108,7 +124,19 @@ class SokobanEnv(Env):
             ``Room``; ``reset(seed)`` then plays level ``seed mod n`` instead of generating.
         solver_max_states: search limit of the BFS solver behind ``oracle_action``.
         tile_size: pixel size of one cell in ``render("rgb")``.
+        observation_format: ``"grid"`` (default, the symbol grid), ``"coord"`` (the facts
+            ``size (rows,cols); player (r,c); box ...; target ...; wall ...``, which
+            determine the state; see :meth:`coord_text`) or ``"grid_coord"`` (grid,
+            newline, coord). The coord text uses words whatever ``symbols`` is.
+
+    Facts (``ragen.envs.facts``): ``state_facts()`` is the player, the boxes and the
+    targets; ``predict_facts(actions)`` is the player and the boxes after the actions.
     """
+
+    fact_kinds = ("player", "box", "target")
+    prediction_kinds = ("player", "box")
+    #: kinds of the coord observation (``size (rows,cols)`` is the room's size, not a cell)
+    coord_kinds = ("size", "player", "box", "target", "wall")
 
     description = "Sokoban: push every box onto a target (6x6 room, 1 box)"
 
@@ -127,8 +155,10 @@ class SokobanEnv(Env):
         levels: str | Path | list[Room] | None = None,
         solver_max_states: int = DEFAULT_MAX_STATES,
         tile_size: int = 16,
+        observation_format: str = "grid",
     ) -> None:
         super().__init__()
+        self.observation_format = check_observation_format(observation_format)
         if len(dim_room) != 2:
             raise ValueError(f"dim_room must be (height, width), got {dim_room!r}")
         self.dim_room = (int(dim_room[0]), int(dim_room[1]))
@@ -206,6 +236,15 @@ class SokobanEnv(Env):
             sym["wall"] if not f else sym["target"] if i in room.targets else sym["floor"]
             for i, f in enumerate(room.floor)
         ]
+        # the part of the coord view that never changes: targets, then the walls inside
+        # the border. The border is always wall (a Room invariant), so listing it would
+        # only lengthen the text (20 of a 6x6 room's cells); the size fact locates it.
+        w, h = room.width, room.height
+        self._static_facts = [Fact("target", *room.cell(i)) for i in sorted(room.targets)] + [
+            Fact("wall", *room.cell(i))
+            for i, f in enumerate(room.floor)
+            if not f and 0 < i // w < h - 1 and 0 < i % w < w - 1
+        ]
 
     def _reset(self, seed: int) -> None:
         room = self._initial_room(seed)
@@ -264,10 +303,65 @@ class SokobanEnv(Env):
     def snapshot(self) -> object:
         return (self._player, frozenset(self._boxes), self._steps, self.done, self.success)
 
+    def state_key(self) -> str:
+        """The grid text whatever ``observation_format`` is, so that the training /
+        validation split of initial states is the same in every format."""
+        return self.grid_text()
+
+    # -- facts (ragen.envs.facts) -----------------------------------------------------------
+    def _cell(self, index: int) -> tuple[int, int]:
+        return divmod(index, self.width)
+
+    def _dynamic_facts(self, player: int, boxes: set[int] | frozenset[int]) -> list[Fact]:
+        # flat indices are row-major, so sorting them sorts the cells by (row, col)
+        return [Fact("player", *self._cell(player))] + [
+            Fact("box", *self._cell(b)) for b in sorted(boxes)
+        ]
+
+    def state_facts(self) -> list[Fact]:
+        """``player (r,c)``, the boxes, then the targets, each group sorted by
+        ``(row, col)``. A box on a target is listed as both ``box`` and ``target`` on
+        that cell, and so is the player standing on a target (``player`` and ``target``)."""
+        return self._dynamic_facts(self._player, self._boxes) + [
+            Fact("target", *self._cell(t)) for t in sorted(self._targets)
+        ]
+
+    def predict_facts(self, actions: list[str]) -> list[Fact]:
+        """``player (r,c)`` and the boxes (sorted) after ``actions`` from the current state.
+
+        The moves follow ``_step``'s rules (a box is pushed when the cell behind it is
+        free floor; walls and box pairs block) on a copy of the player and the boxes.
+        Unreadable actions are no-ops, as in ``step``; once the room is solved (or the
+        episode is over) nothing moves. The step limit is ignored (it is not observed).
+        The env is unchanged. Sokoban is deterministic, so this is what stepping gives.
+        """
+        player, boxes = self._player, set(self._boxes)
+        if not self.done:
+            for action in actions:
+                if boxes == self._targets:
+                    break
+                name = ACTION_ALIASES.get(normalize_action(action))
+                if name is None:
+                    continue
+                d = self._offsets[ACTION_NAMES.index(name)]
+                nxt = player + d
+                if not self._floor[nxt]:
+                    continue
+                if nxt in boxes:
+                    dest = nxt + d
+                    if not self._floor[dest] or dest in boxes:
+                        continue
+                    boxes.remove(nxt)
+                    boxes.add(dest)
+                player = nxt
+        return self._dynamic_facts(player, boxes)
+
     @property
     def instructions(self) -> str:
         s = self.symbols
         legend = "\n".join(f"  {s[k]} : {_LEGEND_TEXT[k]}" for k in _SYMBOL_KEYS)
+        # the coord format shows no symbols, so its instructions have no symbol legend
+        symbols = "" if self.observation_format == "coord" else f"Symbols:\n{legend}\n"
         return (
             "You are solving Sokoban. You stand in a room and must push every box onto a "
             "target.\n"
@@ -275,23 +369,61 @@ class SokobanEnv(Env):
             "the same direction if the cell behind it is empty floor or a target; you cannot "
             "pull boxes, push two boxes at once, or walk through walls. A box in a corner can "
             "never be moved again.\n"
-            f"Symbols:\n{legend}\n"
+            f"{symbols}"
             "Rewards: -0.1 per action, +1 for pushing a box onto a target, -1 for pushing it "
             f"off, +10 when all boxes are on targets. At most {self.max_steps} actions.\n"
+            f"{COORDINATE_CONVENTION}\n"
+            f"{self._coord_legend()}"
             "Actions: up, down, left, right (also u, d, l, r).\n"
             "Answer with one or more of: up, down, left, right (e.g. 'left || up')."
         )
 
+    def _coord_legend(self) -> str:
+        """How to read the coord observation (empty for the grid format)."""
+        if self.observation_format == "grid":
+            return ""
+        if self.observation_format == "coord":
+            shown = "The observation lists"
+        else:
+            shown = "Below the grid, the observation also lists"
+        return (
+            f"{shown} the room as 'kind (row,col)' facts separated by ';': "
+            "size (rows,cols) is the size of the room, whose outer border is all wall (not "
+            "listed); player is you; box and target list the boxes and targets (a box on a "
+            "target, or you on a target, is listed as both); wall lists the walls inside "
+            "the border. Every other cell is empty floor.\n"
+        )
+
+    def grid_text(self) -> str:
+        """The symbol grid (the ``"grid"`` observation), drawn with ``symbols``."""
+        chars = list(self._static_chars)
+        s = self.symbols
+        for b in self._boxes:
+            chars[b] = s["box_on_target"] if b in self._targets else s["box"]
+        p = self._player
+        chars[p] = s["player_on_target"] if p in self._targets else s["player"]
+        w = self.width
+        return "\n".join("".join(chars[r * w : (r + 1) * w]) for r in range(self.height))
+
+    def coord_text(self) -> str:
+        """The ``"coord"`` observation: ``size (rows,cols)``, the player, the boxes, the
+        targets and the walls inside the border, each group sorted by ``(row, col)``.
+
+        It determines the state: the border is always wall, every unlisted cell inside
+        it is floor, and a box or the player on a target is listed under both kinds. It
+        starts with ``size`` and then the ``state_facts()`` text, so an agent that states
+        the facts can copy them. Words, not ``symbols``, name the kinds.
+        """
+        facts = [Fact("size", self.height, self.width)]
+        facts += self._dynamic_facts(self._player, self._boxes)
+        facts += self._static_facts
+        return format_facts(facts)
+
     def render(self, mode: str = "text") -> str | np.ndarray:
         if mode == "text":
-            chars = list(self._static_chars)
-            s = self.symbols
-            for b in self._boxes:
-                chars[b] = s["box_on_target"] if b in self._targets else s["box"]
-            p = self._player
-            chars[p] = s["player_on_target"] if p in self._targets else s["player"]
-            w = self.width
-            return "\n".join("".join(chars[r * w : (r + 1) * w]) for r in range(self.height))
+            if self.observation_format == "grid":
+                return self.grid_text()
+            return compose_observation(self.observation_format, self.grid_text(), self.coord_text())
         if mode == "rgb":
             return self._render_rgb()
         raise self._unsupported_mode(mode, ("text", "rgb"))
