@@ -55,6 +55,10 @@ class ParsedResponse:
     actions: list[str] = field(default_factory=list)  # stripped, empties dropped
     format_ok: bool = False
     error: str = ""  # "" when format_ok, else the first violated rule
+    # the stripped text of each section of a structured thought (``<observation>``,
+    # ``<reasoning>``, ``<prediction>``), filled by ``ragen.agent.reasoning.parse_reply``
+    # for a well-formed reply; empty otherwise (and always for ``parse_response``)
+    sections: dict[str, str] = field(default_factory=dict)
 
 
 def split_actions(answer: str, separator: str = "||") -> list[str]:
@@ -68,7 +72,11 @@ def parse_response(text: str, think: bool = True, separator: str = "||") -> Pars
     """Parse ``text`` under the strict format described in the module docstring.
 
     >>> parse_response("<think>go left</think><answer>Left || Up</answer>")
-    ParsedResponse(thought='go left', actions=['Left', 'Up'], format_ok=True, error='')
+    ParsedResponse(thought='go left', actions=['Left', 'Up'], format_ok=True, error='', sections={})
+
+    The structured thoughts of the reasoning formats (``<observation>``, ``<reasoning>``,
+    ``<prediction>`` inside the think block) are checked on top of this by
+    :func:`ragen.agent.reasoning.parse_reply`.
     """
     if not isinstance(text, str):
         raise TypeError(f"parse_response expects a str, got {type(text).__name__}")
