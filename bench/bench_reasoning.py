@@ -62,7 +62,6 @@ EVAL_KEYS = (
 def reward_weights(env: str, budget: Budget, fmt: str) -> dict[str, float]:
     """The ``reasoning`` variant's weights: each ``success_reward / (max_turns * 3)``."""
     from ragen.agent.reasoning_rewards import REASONING_REWARDS
-
     from ragen.agent.rollout import format_rewards
 
     weight = SUCCESS_REWARD[env] / (ENV_SHAPE[env].max_turns * len(REASONING_REWARDS))
@@ -260,7 +259,6 @@ def _worker(
 
 def main(argv: list[str] | None = None) -> int:
     from ragen.agent.reasoning import REASONING_FORMATS
-
     from ragen.models.tiny import create_tiny
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
