@@ -61,7 +61,7 @@ def test_format_table_and_helpers():
         has_think("think")
     check_env_supports("free_think", ())
     check_env_supports("grounding", ("player",))
-    with pytest.raises(ValueError, match="'bandit' has none: use no_think or free_think"):
+    with pytest.raises(ValueError, match="'bandit' has no state checker.*free_think or no_think"):
         check_env_supports("world_modeling", (), "bandit")
 
 

@@ -198,3 +198,33 @@ def test_training_logs_the_three_reasoning_rewards(tiny_model_dir, tmp_path):
     assert any("val/reward/grounding" in r for r in rows)
     saved = json.loads(next(run.glob("checkpoints/step_*2/train_config.json")).read_text())
     assert saved["rollout"]["reasoning"] == "grounding_world_modeling"
+
+
+def test_demo_budget_applies_the_format_to_the_grids_only():
+    import argparse
+
+    from ragen.demo import BUDGETS, budget_from_args, rollout_overrides
+    from ragen.errors import UsageError
+
+    args = argparse.Namespace(
+        budget="full",
+        reasoning="grounding_world_modeling",
+        reasoning_reward=["grounding=0.3", "consistency=0.1"],
+    )
+    b = budget_from_args(args)
+    assert b.reasoning_of("sokoban") == "grounding_world_modeling"
+    assert b.reasoning_of("bandit") == "free_think"  # no state checker
+    assert (
+        b.new_tokens("sokoban") == 96 and b.new_tokens("bandit") == BUDGETS["full"].max_new_tokens
+    )
+    assert b.reasoning_rewards_of("bandit") == {"consistency": 0.1}
+    over = rollout_overrides("sokoban", b)
+    assert "rollout.reasoning=grounding_world_modeling" in over
+    assert "rollout.grounding_reward=0.3" in over and "rollout.max_new_tokens=96" in over
+    for bad in (
+        dict(reasoning="cot", reasoning_reward=[]),
+        dict(reasoning=None, reasoning_reward=["honesty=1"]),
+        dict(reasoning=None, reasoning_reward=["grounding=-1"]),
+    ):
+        with pytest.raises(UsageError):
+            budget_from_args(argparse.Namespace(budget="full", **bad))

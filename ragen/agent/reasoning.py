@@ -88,12 +88,17 @@ def needs_facts(fmt: str) -> bool:
 
 
 def check_env_supports(fmt: str, fact_kinds: Sequence[str], env_name: str = "") -> None:
-    """ValueError when ``fmt`` needs facts and the env has no ``fact_kinds``."""
+    """:class:`~ragen.errors.ConfigError` (a ValueError) naming ``rollout.reasoning`` and
+    the fix when ``fmt`` needs facts and the env has no ``fact_kinds``."""
+    from ragen.errors import ConfigError
+
     if needs_facts(fmt) and not fact_kinds:
-        env = f"env {env_name!r}" if env_name else "this env"
-        raise ValueError(
-            f"reasoning format {fmt!r} needs an env with a state checker (fact_kinds); "
-            f"{env} has none: use no_think or free_think"
+        env = f"environment {env_name!r}" if env_name else "this environment"
+        raise ConfigError(
+            f"rollout.reasoning={fmt}: {env} has no state checker (Env.fact_kinds), so "
+            "its observations and predictions cannot be checked. Fix: use "
+            "rollout.reasoning=free_think or no_think, or a grid env (frozen_lake, "
+            "sokoban and their variants)"
         )
 
 

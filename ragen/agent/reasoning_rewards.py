@@ -39,7 +39,8 @@ a model from escaping a reward by breaking the format.
 
 All functions are pure: the rollout passes the env's facts in, so no env object is
 needed. The weighted total (:meth:`ReasoningScores.total`, weights from
-``rollout.reasoning_reward_weights``) is added to the turn's reward.
+``rollout.grounding_reward``, ``rollout.world_model_reward``,
+``rollout.consistency_reward``) is added to the turn's reward.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from .context import ChatFormat, ContextManager, SampleIds
 from .env_manager import EnvStateManager
 from .parsing import ANSWER_CLOSE, clean_text
 from .policies import Policy, PolicyOutput, TurnRequest
-from .reasoning import REASONING_FORMATS, parse_reply
+from .reasoning import REASONING_FORMATS, check_env_supports, parse_reply
 from .reasoning_rewards import REASONING_REWARDS, ReasoningScores, applicable_rewards, score_turn
 from .trajectory import Trajectory, TurnRecord
 
@@ -168,22 +168,6 @@ def format_rewards(reasoning: str) -> tuple[str, ...]:
     return applicable_rewards(reasoning, ("any",), ["any"])
 
 
-def check_env_supports(env: Any, reasoning: str) -> None:
-    """Raise :class:`~ragen.errors.ConfigError` when ``env`` cannot check the facts that
-    ``reasoning`` asks the reply to state."""
-    from ragen.errors import ConfigError
-
-    from .reasoning import needs_facts
-
-    if needs_facts(reasoning) and not getattr(env, "fact_kinds", ()):
-        raise ConfigError(
-            f"rollout.reasoning={reasoning}: environment {env.name or type(env).__name__!r} "
-            "has no state checker (Env.fact_kinds), so its observations and predictions "
-            "cannot be checked. Fix: use rollout.reasoning=free_think or no_think, or a "
-            "grid env (frozen_lake, sokoban and their variants)"
-        )
-
-
 @dataclass
 class RolloutResult:
     trajectories: list[Trajectory]
@@ -243,7 +227,7 @@ def run_rollout(
 
     episodes: list[_Episode] = []
     for i, env in enumerate(manager.envs):
-        check_env_supports(env, config.reasoning)
+        check_env_supports(config.reasoning, env.fact_kinds, env.name or type(env).__name__)
         system = prompts.system_message(
             env.instructions,
             config.reasoning,
