@@ -5,7 +5,9 @@
     >>> result = run_rollout(ModelPolicy(engine, tokenizer), manager, RolloutConfig(),
     ...                      manager.seeds_for_step(0))
 
-Modules: ``parsing`` (response format), ``prompts`` (message text), ``context``
+Modules: ``parsing`` (response format), ``reasoning`` (reasoning formats: the
+thought's sections, strict parsing, consistency), ``reasoning_rewards`` (rule-checked
+grounding / world-model / consistency scores), ``prompts`` (message text), ``context``
 (token-exact sequences for any chat template), ``env_manager`` (groups and seeds),
 ``policies``, ``rollout``, ``metrics``, ``evaluate`` (``ragen eval``), ``trajectory``
 (the contract with the trainer). See docs/ROLLOUT.md.
@@ -21,6 +23,12 @@ _EXPORTS = {
     "ParsedResponse": "parsing",
     "parse_response": "parsing",
     "format_response": "parsing",
+    "REASONING_FORMATS": "reasoning",
+    "parse_reply": "reasoning",
+    "format_reply": "reasoning",
+    "REASONING_REWARDS": "reasoning_rewards",
+    "ReasoningScores": "reasoning_rewards",
+    "score_turn": "reasoning_rewards",
     "ChatFormat": "context",
     "ContextManager": "context",
     "EnvStateManager": "env_manager",
