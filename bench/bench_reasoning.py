@@ -309,14 +309,18 @@ def main(argv: list[str] | None = None) -> int:
             for future in as_completed(futures):
                 env, fmt, seed = futures[future]
                 try:
-                    results[f"{env}/{fmt}/seed{seed}"] = future.result()
+                    done = future.result()
                 except Exception as err:  # keep the other jobs and their numbers
                     print(
                         f"[{env}/{fmt}/seed{seed}] FAILED: {type(err).__name__}: {err}",
                         file=sys.stderr,
                     )
                     continue
-                tmp = results_path.with_suffix(".tmp")
+                # re-read first: another sweep may share this folder (other envs or seeds)
+                if results_path.exists():
+                    results.update(json.loads(results_path.read_text()))
+                results[f"{env}/{fmt}/seed{seed}"] = done
+                tmp = results_path.with_suffix(f".{os.getpid()}.tmp")
                 tmp.write_text(json.dumps(results, indent=1, sort_keys=True))
                 os.replace(tmp, results_path)
     text = table(results, variants)

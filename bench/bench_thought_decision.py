@@ -10,7 +10,8 @@ in the state the turn answered (replayed from the episode's seed and executed ac
 exact for deterministic envs, so Sokoban and ``frozen_lake_det``; for slippery
 FrozenLake the replay needs the episode's own dynamics seed, which is not logged, so
 only turn 0 is scored). Prints the shares: thought = answer, thought = expert, answer =
-expert, and answer = expert among turns where thought != answer.
+expert, and answer = expert among turns where thought != answer; with a
+``<prediction>``, whether it states the intended outcome of the answer or of the plan.
 """
 
 from __future__ import annotations
@@ -30,8 +31,21 @@ def _reasoning_text(response: str, fmt: str) -> str:
     return parsed.sections.get("reasoning", parsed.thought) if SECTIONS[fmt] else parsed.thought
 
 
+def _prediction(response: str, fmt: str, env) -> list | None:
+    """The reply's predicted facts, sorted (None without a readable prediction)."""
+    from ragen.envs.facts import parse_facts
+
+    parsed = parse_reply(response, fmt)
+    if not parsed.format_ok or "prediction" not in parsed.sections:
+        return None
+    facts = parse_facts(parsed.sections["prediction"], env.prediction_kinds)
+    return sorted(facts.facts) if facts.ok else None
+
+
 def analyse(path: Path, fmt: str, env_name: str | None = None) -> dict[str, float]:
     counts = dict(turns=0, both=0, thought_eq_answer=0, thought_expert=0, answer_expert=0)
+    # turns with a <prediction>: does it state the outcome of the answer, or of the plan?
+    pred = dict(n=0, of_answer=0, of_plan=0, differ=0, differ_of_answer=0, differ_of_plan=0)
     disagree = dict(n=0, answer_expert=0, thought_expert=0)
     for line in path.read_text().splitlines():
         ep = json.loads(line)
@@ -56,6 +70,17 @@ def analyse(path: Path, fmt: str, env_name: str | None = None) -> dict[str, floa
                     counts["thought_eq_answer"] += thought == answer
                     counts["thought_expert"] += thought == expert
                     counts["answer_expert"] += answer == expert
+                    stated = _prediction(turn["response"], fmt, env)
+                    if stated is not None:
+                        of_answer = stated == sorted(env.predict_facts([answer]))
+                        of_plan = stated == sorted(env.predict_facts([thought]))
+                        pred["n"] += 1
+                        pred["of_answer"] += of_answer
+                        pred["of_plan"] += of_plan
+                        if thought != answer:
+                            pred["differ"] += 1
+                            pred["differ_of_answer"] += of_answer
+                            pred["differ_of_plan"] += of_plan
                     if thought != answer:
                         disagree["n"] += 1
                         disagree["answer_expert"] += answer == expert
@@ -64,6 +89,16 @@ def analyse(path: Path, fmt: str, env_name: str | None = None) -> dict[str, floa
                 env.step(action)
     n = max(1, counts["both"])
     d = max(1, disagree["n"])
+    extra = {}
+    if pred["n"]:
+        extra = {
+            "prediction_is_the_answer_outcome": pred["of_answer"] / pred["n"],
+            "prediction_is_the_plan_outcome": pred["of_plan"] / pred["n"],
+            "when_they_differ_prediction_is_the_answer_outcome": pred["differ_of_answer"]
+            / max(1, pred["differ"]),
+            "when_they_differ_prediction_is_the_plan_outcome": pred["differ_of_plan"]
+            / max(1, pred["differ"]),
+        }
     return {
         "turns": counts["turns"],
         "turns_with_a_committed_action": counts["both"],
@@ -73,6 +108,7 @@ def analyse(path: Path, fmt: str, env_name: str | None = None) -> dict[str, floa
         "when_they_differ": disagree["n"],
         "when_they_differ_answer_eq_expert": disagree["answer_expert"] / d,
         "when_they_differ_thought_eq_expert": disagree["thought_expert"] / d,
+        **extra,
     }
 
 
