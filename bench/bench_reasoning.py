@@ -270,6 +270,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", choices=sorted(BUDGETS), default="full")
     p.add_argument("--observation-format", default="grid", choices=("grid", "coord", "grid_coord"))
     p.add_argument("--jobs", type=int, default=2, help="jobs side by side, one thread each")
+    p.add_argument(
+        "--redo",
+        action="store_true",
+        help="re-run the given variants of jobs already in results.json (the warm start is "
+        "reused and re-evaluated; other variants' results are kept)",
+    )
     args = p.parse_args(argv)
     envs = args.env or ["frozen_lake", "sokoban"]
     formats = args.format or ["free_think", "grounding_world_modeling"]
@@ -289,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         for seed in args.seeds
         for env in envs
         for fmt in formats
-        if f"{env}/{fmt}/seed{seed}" not in results
+        if args.redo or f"{env}/{fmt}/seed{seed}" not in results
     ]
     print(f"{len(todo)} job(s) to run, {args.jobs} at a time", flush=True)
     if todo:
@@ -319,7 +325,8 @@ def main(argv: list[str] | None = None) -> int:
                 # re-read first: another sweep may share this folder (other envs or seeds)
                 if results_path.exists():
                     results.update(json.loads(results_path.read_text()))
-                results[f"{env}/{fmt}/seed{seed}"] = done
+                key = f"{env}/{fmt}/seed{seed}"
+                results[key] = {**results.get(key, {}), **done}
                 tmp = results_path.with_suffix(f".{os.getpid()}.tmp")
                 tmp.write_text(json.dumps(results, indent=1, sort_keys=True))
                 os.replace(tmp, results_path)

@@ -228,3 +228,13 @@ def test_demo_budget_applies_the_format_to_the_grids_only():
     ):
         with pytest.raises(UsageError):
             budget_from_args(argparse.Namespace(budget="full", **bad))
+
+
+def test_the_prompt_shows_the_env_reward_not_the_reasoning_reward():
+    plain = _oracle_rollout("sokoban", _config(reasoning="grounding"), groups=1)
+    paid = _oracle_rollout(
+        "sokoban", _config(reasoning="grounding", grounding_reward=0.37), groups=1
+    )
+    for a, b in zip(plain.trajectories, paid.trajectories):
+        assert [t.prompt for t in a.turns] == [t.prompt for t in b.turns]
+        assert [t.reward for t in a.turns] != [t.reward for t in b.turns]

@@ -187,6 +187,10 @@ class _Episode:
     messages: list[dict[str, str]] = field(default_factory=list)  # chat history (text)
     turns: list[TurnRecord] = field(default_factory=list)
     turn_rewards: list[float] = field(default_factory=list)
+    # what the next prompt reports as "last reward": the env's reward plus format shaping;
+    # the reasoning reward is a training signal about the thought, never shown to the
+    # policy (an unfamiliar number in the prompt would also change what it reads)
+    shown_rewards: list[float] = field(default_factory=list)
     turn_token_counts: list[int] = field(default_factory=list)
     success: bool = False
     end_reason: str | None = None  # one of trajectory.END_REASONS once the episode ended
@@ -304,7 +308,7 @@ def _open_turn(
     """Build turn ``turn``'s prompt; None (the episode ends: ``context_overflow``) when
     it does not fit ``max_model_len``."""
     left = _actions_left(ep, config)
-    prev = ep.turn_rewards[-1] if ep.turn_rewards else None
+    prev = ep.shown_rewards[-1] if ep.shown_rewards else None
     user = prompts.user_message(
         turn,
         ep.observation,
@@ -388,6 +392,7 @@ def _close_turn(
     reasoning_reward = scores.total(config.reward_weights)
     reward = env_reward + shaping + reasoning_reward
     ep.turn_rewards.append(reward)
+    ep.shown_rewards.append(env_reward + shaping)
     ep.turn_token_counts.append(n_tokens)
     ep.end_reason = _end_reason(
         bool(terminated),
