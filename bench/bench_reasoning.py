@@ -216,8 +216,7 @@ def plot(results: dict[str, Any], out: Path, variants: list[str]) -> list[Path]:
 
     paths = []
     for env in sorted({r["env"] for r in results.values()}):
-        fig, axes = plt.subplots(2, 3, figsize=(15, 8))
-        for fmt, variant in sorted(
+        lines = sorted(
             {
                 (r["format"], v)
                 for r in results.values()
@@ -225,7 +224,10 @@ def plot(results: dict[str, Any], out: Path, variants: list[str]) -> list[Path]:
                 for v in variants
                 if v in r
             }
-        ):
+        )
+        colour = {line: f"C{k}" for k, line in enumerate(lines)}
+        fig, axes = plt.subplots(2, 3, figsize=(15, 8))
+        for fmt, variant in lines:
             runs = [
                 r[variant]["curves"]
                 for r in results.values()
@@ -237,7 +239,8 @@ def plot(results: dict[str, Any], out: Path, variants: list[str]) -> list[Path]:
                 if not steps:
                     continue
                 ys = [statistics.mean([s[t] for s in series if t in s]) for t in steps]
-                ax.plot(steps, ys, label=f"{fmt} / {variant}")
+                # one colour per (format, variant) on every panel
+                ax.plot(steps, ys, label=f"{fmt} / {variant}", color=colour[(fmt, variant)])
                 ax.set_title(key)
                 ax.set_xlabel("RL step")
         axes.flat[0].legend(fontsize=7)
