@@ -138,3 +138,14 @@ def compose_observation(observation_format: str, grid: str, coord: str) -> str:
     if observation_format == "coord":
         return coord
     return f"{grid}\n{coord}"
+
+
+def coord_legend(observation_format: str, what: str) -> str:
+    """The instructions' paragraph on reading a coord observation: ``what`` (the env's
+    own legend, e.g. "the map as 'kind (row,col)' facts ...") after the words that say
+    where the list is; empty for the ``grid`` format."""
+    if observation_format == "grid":
+        return ""
+    if observation_format == "coord":
+        return f"The observation lists {what}\n"
+    return f"Below the grid, the observation also lists {what}\n"

@@ -34,6 +34,7 @@ from .facts import (
     Fact,
     check_observation_format,
     compose_observation,
+    coord_legend,
     format_facts,
 )
 
@@ -420,17 +421,12 @@ class FrozenLakeEnv(Env):
 
     def _coord_legend(self) -> str:
         """How to read the coord observation (empty for the grid format)."""
-        if self.observation_format == "grid":
-            return ""
-        if self.observation_format == "coord":
-            shown = "The observation lists"
-        else:
-            shown = "Below the grid, the observation also lists"
-        return (
-            f"{shown} the map as 'kind (row,col)' facts separated by ';': "
+        return coord_legend(
+            self.observation_format,
+            "the map as 'kind (row,col)' facts separated by ';': "
             "size (rows,cols) is the size of the map; player is you; goal is the goal; "
             "hole lists every hole. Every other cell is frozen ice. You are in a hole or on "
-            "the goal when your cell is also listed as one.\n"
+            "the goal when your cell is also listed as one.",
         )
 
     def grid_text(self) -> str:

@@ -29,6 +29,7 @@ from ..facts import (
     Fact,
     check_observation_format,
     compose_observation,
+    coord_legend,
     format_facts,
 )
 from .generator import check_room_config, generate_room
@@ -380,18 +381,13 @@ class SokobanEnv(Env):
 
     def _coord_legend(self) -> str:
         """How to read the coord observation (empty for the grid format)."""
-        if self.observation_format == "grid":
-            return ""
-        if self.observation_format == "coord":
-            shown = "The observation lists"
-        else:
-            shown = "Below the grid, the observation also lists"
-        return (
-            f"{shown} the room as 'kind (row,col)' facts separated by ';': "
+        return coord_legend(
+            self.observation_format,
+            "the room as 'kind (row,col)' facts separated by ';': "
             "size (rows,cols) is the size of the room, whose outer border is all wall (not "
             "listed); player is you; box and target list the boxes and targets (a box on a "
             "target, or you on a target, is listed as both); wall lists the walls inside "
-            "the border. Every other cell is empty floor.\n"
+            "the border. Every other cell is empty floor.",
         )
 
     def grid_text(self) -> str:
