@@ -17,6 +17,7 @@ Stages (each can be re-run alone with ``--stage``; results accumulate in
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import json
 import os
@@ -177,6 +178,7 @@ class Budget:
         return {k: w for k, w in self.reasoning_rewards.items() if k in allowed}
 
 
+@functools.cache  # one env construction per name, not one per question
 def _has_facts(env: str) -> bool:
     """Whether registered env ``env`` has a state checker (``Env.fact_kinds``)."""
     import ragen.envs as envs

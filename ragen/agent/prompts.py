@@ -53,13 +53,8 @@ def format_instructions(
         if max_actions_per_turn > 1
         else "Give exactly one action in the answer."
     )
-    # no_think and free_think keep PROMPT_VERSION 2's wording byte for byte
-    if reasoning == "free_think":
-        shape = f"<think>your reasoning</think><answer>action1 {separator} action2</answer>"
-    elif reasoning == "no_think":
-        shape = f"<answer>action1 {separator} action2</answer>"
-    else:
-        shape = reply_shape(reasoning, separator)
+    # no_think and free_think keep PROMPT_VERSION 2's wording byte for byte (reply_shape)
+    shape = reply_shape(reasoning, separator)
     text = f"Respond in exactly this format and nothing else:\n{shape}\n{many}"
     guide = format_guide(reasoning, fact_kinds, prediction_kinds)
     return f"{text}\n{guide}" if guide else text
@@ -86,7 +81,7 @@ def system_message(
     if style == "compact":
         actions = f"Actions: {', '.join(action_names)}. " if action_names else ""
         text = (
-            f"{actions}Reply {_compact_shape(reasoning)}, at most "
+            f"{actions}Reply {compact_reply_shape(reasoning)}, at most "
             f"{max_actions_per_turn} actions joined by {separator}."
         )
         kinds = _compact_kinds(reasoning, fact_kinds, prediction_kinds)
@@ -96,15 +91,6 @@ def system_message(
         reasoning, separator, max_actions_per_turn, fact_kinds, prediction_kinds
     )
     return f"{rules}\n\n{fmt}" if rules else fmt
-
-
-def _compact_shape(reasoning: str) -> str:
-    """The reply's shape in a compact prompt and in every full-style user message."""
-    if reasoning == "free_think":
-        return "<think>...</think><answer>...</answer>"
-    if reasoning == "no_think":
-        return "<answer>...</answer>"
-    return compact_reply_shape(reasoning)
 
 
 def _compact_kinds(
@@ -148,5 +134,5 @@ def user_message(
     lines.append(observation.rstrip())
     per_turn = min(actions_left, max_actions_per_turn)
     lines.append(f"You have {actions_left} actions left (at most {per_turn} this turn).")
-    lines.append(f"Reply as {_compact_shape(reasoning)} with nothing else.")
+    lines.append(f"Reply as {compact_reply_shape(reasoning)} with nothing else.")
     return "\n".join(lines)

@@ -433,7 +433,7 @@ def _score_reasoning(env: Any, parsed: Any, reasoning: str, actions: list[str]) 
     ``actions`` are the ones about to run; the prediction is checked against the env's
     *intended* outcome of them (``Env.predict_facts``), taken before they run.
     """
-    fact_kinds = tuple(getattr(env, "fact_kinds", ()))
+    fact_kinds = tuple(env.fact_kinds)
     wanted = applicable_rewards(reasoning, fact_kinds, env.action_names)
     if not wanted:
         return ReasoningScores()
