@@ -159,6 +159,8 @@ def test_bad_reasoning_settings_are_one_clear_error():
         _config(reasoning="no_think", consistency_reward=0.5).validate()
     with pytest.raises(ConfigError, match=">= 0"):
         _config(reasoning="grounding", grounding_reward=-1.0).validate()
+    with pytest.raises(ConfigError, match="finite"):
+        _config(reasoning="grounding", grounding_reward=float("nan")).validate()
     manager = EnvStateManager("bandit", env_groups=1, group_size=1, seed=0)
     with pytest.raises(ConfigError, match="no state checker"):
         run_rollout(OraclePolicy(), manager, _config(reasoning="grounding"), [0])

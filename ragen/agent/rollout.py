@@ -87,9 +87,10 @@ class RolloutConfig:
         check_choice(f"{prefix}reasoning", self.reasoning, REASONING_FORMATS)
         for name in REASONING_REWARDS:
             weight = self.reward_weights[name]
-            if weight < 0:
+            if not weight >= 0 or weight == float("inf"):  # also NaN and inf
                 raise ConfigError(
-                    f"{prefix}{name}_reward: must be >= 0, got {weight}. Fix: 0 turns it off"
+                    f"{prefix}{name}_reward: must be a finite number >= 0, got {weight}. "
+                    "Fix: 0 turns it off"
                 )
             if weight > 0 and name not in format_rewards(self.reasoning):
                 raise ConfigError(
