@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ragen.agent.reasoning import committed_actions, is_consistent
+from ragen.agent.reasoning import committed_actions
 
 ACTION_MASK = "<act>"
 _WORD = re.compile(r"[\w<>']+")
@@ -80,33 +80,54 @@ def is_mismatch(
     thought: str, actions: Sequence[str], action_names: Sequence[str] | None
 ) -> bool | None:
     """True when the thought names actions but does not commit to the answer's
-    ``actions``; None when not judged (no thought action, no answer)."""
-    if not thought or not actions or not committed_actions(thought, action_names):
+    ``actions`` (``not is_consistent(...)``); None when not judged (no action named in
+    the thought, or no answer)."""
+    if not thought or not actions:
         return None
-    return not is_consistent(thought, actions, action_names)
+    named = committed_actions(thought, action_names)
+    if not named:
+        return None
+    # is_consistent's rule, without matching the thought a second time
+    wanted = [" ".join(str(a).lower().split()) for a in actions]
+    return len(wanted) > len(named) or named[-len(wanted) :] != wanted
+
+
+def mismatches(
+    episodes: Sequence[dict[str, Any]], action_names: Sequence[str] | None
+) -> list[list[bool | None]]:
+    """:func:`is_mismatch` of every turn of every episode (malformed turns: None)."""
+    cache: dict[tuple[str, tuple[str, ...]], bool | None] = {}
+    out = []
+    for ep in episodes:
+        verdicts = []
+        for turn in ep.get("turns") or ():
+            if not turn.get("format_ok", True):
+                verdicts.append(None)
+                continue
+            key = (turn.get("thought") or "", tuple(turn.get("actions") or ()))
+            if key not in cache:
+                cache[key] = is_mismatch(key[0], key[1], action_names)
+            verdicts.append(cache[key])
+        out.append(verdicts)
+    return out
 
 
 def step_stats(
-    episodes: Sequence[dict[str, Any]], action_names: Sequence[str] | None
+    episodes: Sequence[dict[str, Any]],
+    action_names: Sequence[str] | None,
+    verdicts: list[list[bool | None]] | None = None,
 ) -> dict[str, float]:
-    """The module's statistics over every turn of ``episodes`` (trajectory records)."""
-    thoughts: list[str] = []
-    judged = mismatched = 0
-    for ep in episodes:
-        for turn in ep.get("turns") or ():
-            thought = turn.get("thought") or ""
-            if thought.strip():
-                thoughts.append(thought)
-            if turn.get("format_ok", True):
-                verdict = is_mismatch(thought, turn.get("actions") or [], action_names)
-                if verdict is not None:
-                    judged += 1
-                    mismatched += verdict
+    """The module's statistics over every turn of ``episodes`` (trajectory records);
+    ``verdicts``: :func:`mismatches` of them, when already computed."""
+    thoughts = [t.get("thought") or "" for ep in episodes for t in ep.get("turns") or ()]
+    thoughts = [t for t in thoughts if t.strip()]
+    flat = [v for vs in verdicts or mismatches(episodes, action_names) for v in vs]
+    judged = [v for v in flat if v is not None]
     return {
         "top_thought_share": top_thought_share(thoughts, action_names),
         "distinct_2": distinct_n(thoughts, 2),
         "thought_words": mean_words(thoughts),
-        "mismatch_rate": mismatched / judged if judged else 0.0,
+        "mismatch_rate": sum(judged) / len(judged) if judged else 0.0,
         "thoughts": float(len(thoughts)),
     }
 

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 from . import charts
 from .load import Collection, Run, StepFile, finite, load, read_episodes
-from .reasoning_stats import is_mismatch, sample_thoughts, step_stats
+from .reasoning_stats import mismatches, sample_thoughts, step_stats
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 _FALLBACK_ACTIONS = ["up", "down", "left", "right"]
@@ -65,8 +66,9 @@ def action_names(run: Run, episodes: list[dict]) -> list[str]:
 
 
 # -------------------------------------------------------------------------- step data
-def compact(i: int, ep: dict[str, Any], names: list[str]) -> dict[str, Any]:
-    """The fields of one episode record the step page shows, with short keys."""
+def compact(i: int, ep: dict[str, Any], verdicts: list[bool | None]) -> dict[str, Any]:
+    """The fields of one episode record the step page shows, with short keys
+    (``verdicts``: the thought/answer mismatch of each turn, ``reasoning_stats.mismatches``)."""
     turns = []
     advantages = ep.get("advantages") or []
     mismatches = 0
@@ -74,7 +76,7 @@ def compact(i: int, ep: dict[str, Any], names: list[str]) -> dict[str, Any]:
         info = t.get("info") or {}
         obs = str(t.get("observation", ""))
         prompt = str(t.get("prompt") or "")
-        mm = is_mismatch(t.get("thought") or "", t.get("actions") or [], names)
+        mm = verdicts[k] if k < len(verdicts) else None
         mismatches += bool(mm)
         turns.append(
             {
@@ -139,32 +141,18 @@ def build_run(run: Run, out: Path, root: str, top: str = "") -> dict[str, Any]:
     nav = (
         f'<a href="{top}index.html">all runs</a>' if top else ""
     ) + '<a href="index.html">overview</a>'
+    names = action_names(run, read_episodes(run.files[0].path)[:50]) if run.files else []
+    jobs = [
+        (sf, out, root, nav, title, names, scripts_tiles, _step_picker(run, sf)) for sf in run.files
+    ]
     reasoning: dict[int, dict[str, float]] = {}
     samples: dict[int, list[str]] = {}
     file_stats: list[tuple[StepFile, int, dict]] = []
-    names: list[str] | None = None
-    for sf in run.files:
-        episodes = read_episodes(sf.path)
-        if names is None:
-            names = action_names(run, episodes)
-        stats = step_stats(episodes, names)
+    for sf, n, stats, thoughts in _map(_build_step, jobs):
         if sf.kind in ("train", "eval"):
             reasoning[sf.step] = stats
-            samples[sf.step] = sample_thoughts(episodes, 6)
-        file_stats.append((sf, len(episodes), stats))
-        data = {
-            "title": f"{title} · {sf.label}",
-            "label": sf.label,
-            "kind": sf.kind,
-            "step": sf.step,
-            "filtered": any(ep.get("kept") is not None for ep in episodes),
-            "episodes": [compact(i, ep, names) for i, ep in enumerate(episodes)],
-        }
-        stem = sf.page[: -len(".html")]
-        (out / "data" / f"{stem}.js").write_text(_js("RAGEN_STEP", data), encoding="utf-8")
-        body = f"<h1>{esc(title)} · {esc(sf.label)}</h1>{_step_picker(run, sf)}<div id=app></div>"
-        scripts = (*scripts_tiles, f"data/{stem}.js", f"{root}assets/viewer.js")
-        (out / sf.page).write_text(page(data["title"], root, body, nav, scripts), encoding="utf-8")
+            samples[sf.step] = thoughts
+        file_stats.append((sf, n, stats))
     overview = _overview(run, title, file_stats, reasoning, samples)
     (out / "index.html").write_text(page(title, root, overview, nav), encoding="utf-8")
     last = run.metrics[-1] if run.metrics else run.summary
@@ -177,6 +165,41 @@ def build_run(run: Run, out: Path, root: str, top: str = "") -> dict[str, Any]:
         "success": _last(run, "val/success_rate") or finite(last.get("success_rate")),
         "events": len(run.events),
     }
+
+
+def _build_step(job) -> tuple[StepFile, int, dict[str, float], list[str]]:
+    """Write one trajectories file's data and page; return its statistics."""
+    sf, out, root, nav, title, names, scripts_tiles, picker = job
+    episodes = read_episodes(sf.path)
+    verdicts = mismatches(episodes, names)
+    stats = step_stats(episodes, names, verdicts)
+    data = {
+        "title": f"{title} · {sf.label}",
+        "label": sf.label,
+        "kind": sf.kind,
+        "step": sf.step,
+        "filtered": any(ep.get("kept") is not None for ep in episodes),
+        "episodes": [compact(i, ep, verdicts[i]) for i, ep in enumerate(episodes)],
+    }
+    stem = sf.page[: -len(".html")]
+    (out / "data" / f"{stem}.js").write_text(_js("RAGEN_STEP", data), encoding="utf-8")
+    body = f"<h1>{esc(title)} · {esc(sf.label)}</h1>{picker}<div id=app></div>"
+    scripts = (*scripts_tiles, f"data/{stem}.js", f"{root}assets/viewer.js")
+    (out / sf.page).write_text(page(data["title"], root, body, nav, scripts), encoding="utf-8")
+    return sf, len(episodes), stats, sample_thoughts(episodes, 6)
+
+
+def _map(fn, jobs: list) -> list:
+    """``[fn(j) for j in jobs]``, on up to 4 worker processes when there are many."""
+    workers = min(4, os.cpu_count() or 1, len(jobs) // 8)
+    if workers < 2:
+        return [fn(j) for j in jobs]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
+    with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        return list(pool.map(fn, jobs, chunksize=4))
 
 
 def _last(run: Run, key: str) -> float | None:
