@@ -23,6 +23,7 @@ _COMMAND_MODULES = [
     "ragen.trainer.cli",  # train
     "ragen.sft.cli",  # sft
     "ragen.demo",  # demo
+    "ragen.viewer.cli",  # view
 ]
 
 

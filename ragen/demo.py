@@ -369,6 +369,10 @@ class Demo:
         )
         self.log(f"report: {path}")
         print((self.out / "results.md").read_text())
+        from ragen.viewer import build_site
+
+        index = build_site(self.out, self.out / "site")
+        self.log(f"viewer: file://{index.resolve()} (or: ragen view {self.out} --serve)")
 
     def run_env(self, env: str, stages: list[str]) -> dict:
         """The per-env stages (sft, rl, eval) in order; returns ``results[env]``."""

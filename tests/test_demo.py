@@ -27,7 +27,11 @@ def test_demo_toy_budget_end_to_end(tmp_path, capsys):
     assert (out / "curves.png").stat().st_size > 1000
     table = (out / "results.md").read_text()
     assert "| sokoban |" in table and "after RL (StarPO-S)" in table
-    assert "| bandit |" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "| bandit |" in printed
+    # the demo ends with the viewer's site of its runs, and says where it is
+    assert (out / "site" / "sokoban" / "rl" / "index.html").exists()
+    assert f"viewer: file://{(out / 'site' / 'index.html').resolve()}" in printed
     # a single stage re-runs alone
     assert main(["--budget", "toy", "--out", str(out), "--env", "bandit", "--stage", "report"]) == 0
     # one env failing in its worker loses neither the other env's work nor earlier results

@@ -175,6 +175,10 @@ class TrainerSection:
     val_groups: int = 32  # validation episodes (fixed, disjoint seeds)
     val_temperature: float = 0.5
     save_trajectories: bool = True  # trajectories/step_N.jsonl (and val_step_N.jsonl)
+    # write the training trajectories of step 1, every N-th step and the last step (0: none)
+    log_trajectories_every: int = 1
+    # episodes written per step (whole groups, the first groups first); null: all of them
+    log_trajectories_max: int | None = 128
     # stop with an error after this many consecutive steps that trained nothing (context
     # overflow on every episode, or a filter that keeps no group); 0 never stops
     max_consecutive_skipped_steps: int = 3
@@ -390,6 +394,7 @@ def _check_ranges(cfg: TrainConfig) -> None:
         ("trainer.save_every", t.save_every),
         ("trainer.val_every", t.val_every),
         ("trainer.max_consecutive_skipped_steps", t.max_consecutive_skipped_steps),
+        ("trainer.log_trajectories_every", t.log_trajectories_every),
         ("model.warmup_steps", m.warmup_steps),
         ("model.lora.rank", m.lora.rank),
     ):
@@ -400,6 +405,12 @@ def _check_ranges(cfg: TrainConfig) -> None:
             "algo.loss_norm_constant",
             f"must be null or >= 1, got {a.loss_norm_constant}",
             "null uses the response budget of one sample (rollout.max_new_tokens x turns)",
+        )
+    if t.log_trajectories_max is not None and t.log_trajectories_max < 1:
+        _fail(
+            "trainer.log_trajectories_max",
+            f"must be null or >= 1, got {t.log_trajectories_max}",
+            "null writes every episode; trainer.save_trajectories=false writes none",
         )
     if t.keep_last is not None and t.keep_last < 1:
         _fail("trainer.keep_last", f"must be null or >= 1, got {t.keep_last}", "null keeps all")

@@ -455,8 +455,6 @@ class StarPOTrainer:
         # token-exactness checks of the context: both should stay 0 (docs/ROLLOUT.md)
         for key in ("context_inexact", "context_fallbacks"):
             metrics[f"rollout/{key}"] = float(result.stats.get(key, 0.0))
-        if t.save_trajectories:
-            self.logger.log_trajectories(step + 1, [tr.to_json() for tr in trajectories])
 
         # StarPO-S filter on RAW episode scores (never on normalized ones: docs/ARCHITECTURE.md, "Pitfalls")
         tic = time.perf_counter()
@@ -476,6 +474,7 @@ class StarPOTrainer:
             tr for tr, k in zip(trajectories, keep.tolist()) if k and tr.num_response_tokens > 0
         ]
         if not kept:
+            self._log_trajectories(step, trajectories, keep.tolist())
             self._skip_reason = "filter" if not keep.any() else "overflow"
             self.logger.print(
                 f"step {step + 1}: no trainable trajectories (filtered out, or the context "
@@ -501,6 +500,7 @@ class StarPOTrainer:
             self.compute_values(batch)
         self.compute_advantages(batch, metrics)
         timing["timing/advantage"] = time.perf_counter() - tic
+        self._log_trajectories(step, trajectories, keep.tolist(), kept, batch)
 
         tic = time.perf_counter()
         self.signals.abandonable = False  # from here on the step changes weights: it finishes
@@ -520,6 +520,30 @@ class StarPOTrainer:
         metrics["perf/num_trained_samples"] = float(len(kept))
         metrics["actor/lr"] = self.actor_sched.get_last_lr()[0]
         return metrics
+
+    def _log_trajectories(self, step, trajectories, keep, kept=(), batch=None) -> None:
+        """Write step ``step + 1``'s episodes (bounded; ``ragen.trainer.trajectory_log``)
+        with the filter's verdict and, for the ``kept`` samples in ``batch``, the mean
+        advantage each turn is trained with."""
+        from .trajectory_log import episode_records, should_log, turn_advantages
+
+        t = self.cfg.trainer
+        if not t.save_trajectories:
+            return
+        if not should_log(step + 1, t.log_trajectories_every, t.total_steps):
+            return
+        advantages = {}
+        if batch is not None and batch.advantages is not None:
+            rows = {id(tr): i for i, tr in enumerate(kept)}
+            adv, mask = batch.advantages.float().cpu(), batch.response_mask.cpu()
+            for i, tr in enumerate(trajectories):
+                if id(tr) in rows:
+                    r = rows[id(tr)]
+                    advantages[i] = turn_advantages(tr, adv[r].tolist(), mask[r].tolist())
+        records = episode_records(
+            trajectories, keep=keep, advantages=advantages, max_episodes=t.log_trajectories_max
+        )
+        self.logger.log_trajectories(step + 1, records)
 
     # -- batch preparation -----------------------------------------------------------
     def prepare_batch(self, trajectories: list[Trajectory]) -> TrainingBatch:
@@ -810,7 +834,9 @@ class StarPOTrainer:
         )
         out = {f"val/{k}": v for k, v in rollout_metrics(result.trajectories, 1).items()}
         if self.cfg.trainer.save_trajectories:
-            records = [tr.to_json() for tr in result.trajectories]
+            from .trajectory_log import episode_records
+
+            records = episode_records(result.trajectories)
             self.logger.log_trajectories(step + 1, records, kind="val_step")
         out["timing/validation"] = time.perf_counter() - tic
         return out

@@ -1,0 +1,59 @@
+"""``ragen view RUN_DIR [--out DIR] [--serve [PORT]]``"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "view",
+        help="build a static HTML site of a run (curves, steps, trajectories) and open/serve it",
+        description=(
+            "Build a self-contained HTML site from a run folder: a `ragen train` run, a "
+            "`ragen eval` output, or a folder of runs (runs/demo). It works offline from "
+            "file://. Example: ragen view runs/sokoban-starpo-s --serve"
+        ),
+    )
+    p.add_argument("run_dir", help="the run folder")
+    p.add_argument("--out", default=None, help="where to write the site (default: RUN_DIR/site)")
+    p.add_argument(
+        "--serve",
+        nargs="?",
+        type=int,
+        const=8000,
+        default=None,
+        metavar="PORT",
+        help="serve the site on http://127.0.0.1:PORT (standard library server) until Ctrl-C",
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import time
+
+    from .site import build_site
+
+    tic = time.perf_counter()
+    index = build_site(args.run_dir, args.out)
+    print(
+        f"wrote {index} in {time.perf_counter() - tic:.1f}s (open it in a browser: file://{index.resolve()})"
+    )
+    if args.serve is not None:
+        serve(index.parent, args.serve)
+    return 0
+
+
+def serve(folder: Path, port: int) -> None:
+    """Serve ``folder`` over HTTP on localhost until interrupted."""
+    import functools
+    import http.server
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
+    with http.server.ThreadingHTTPServer(("127.0.0.1", port), handler) as server:
+        print(f"serving {folder} at http://127.0.0.1:{server.server_address[1]}/ (Ctrl-C stops)")
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            print("stopped")
