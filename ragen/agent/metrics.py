@@ -28,6 +28,8 @@ env_truncation_rate      fraction of episodes the env truncated (``env_truncated
 reward/grounding         mean over turns of the reasoning scores (present only when the
 reward/world_model       reply format and env produce them; malformed turns count 0;
 reward/consistency       ``ragen.agent.reasoning_rewards``), rewarded or not
+reward/progress          mean over turns of the progress shaping ``w * (Phi(s') - Phi(s))``
+                         (only with ``rollout.progress_reward > 0``)
 thought_words            words per turn in the thought (turns of a format with one)
 =======================  ==========================================================
 """
@@ -145,6 +147,9 @@ def _reasoning_metrics(heads: Sequence[Trajectory]) -> dict[str, float]:
         ]
         if scores:
             out[f"reward/{name}"] = _mean(scores)
+    progress = [turn.info["progress_reward"] for turn in turns if "progress_reward" in turn.info]
+    if progress:  # rollout.progress_reward > 0: the weighted shaping, mean per turn
+        out["reward/progress"] = _mean(progress)
     with_thought = [turn for turn in turns if turn.format_ok and turn.thought]
     if with_thought:
         out["thought_words"] = _mean([len(turn.thought.split()) for turn in with_thought])

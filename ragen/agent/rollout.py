@@ -65,6 +65,9 @@ class RolloutConfig:
     grounding_reward: float = 0.0  # share of the <observation> facts true of the state
     world_model_reward: float = 0.0  # <prediction> matches the (intended) next state
     consistency_reward: float = 0.0  # the thought names the answer's actions last
+    # potential-based progress shaping: w * (Phi(s') - Phi(s)) added to each turn's reward,
+    # Phi from the env's solver (Env.progress_potential); 0 = off. Never shown in prompts.
+    progress_reward: float = 0.0
     separator: str = "||"  # between actions inside <answer>
     format_penalty: float = -0.1  # added to a badly formatted turn's reward
     format_reward: float = 0.0  # added to a well-formed turn's reward
@@ -98,6 +101,11 @@ class RolloutConfig:
                     f"{prefix}reasoning={self.reasoning} (no {_REWARD_SECTION[name]} in the reply). "
                     f"Fix: set {prefix}reasoning to a format with it, or {prefix}{name}_reward=0"
                 )
+        if not self.progress_reward >= 0 or self.progress_reward == float("inf"):
+            raise ConfigError(
+                f"{prefix}progress_reward: must be a finite number >= 0, got "
+                f"{self.progress_reward}. Fix: 0 turns it off"
+            )
         check_choice(f"{prefix}template_strategy", self.template_strategy, TEMPLATE_STRATEGIES)
         for name in (
             "env_groups",
@@ -233,6 +241,15 @@ def run_rollout(
     episodes: list[_Episode] = []
     for i, env in enumerate(manager.envs):
         check_env_supports(config.reasoning, env.fact_kinds, env.name or type(env).__name__)
+        if config.progress_reward > 0 and not getattr(env, "progress_potential_meaning", ""):
+            from ragen.errors import ConfigError
+
+            raise ConfigError(
+                f"rollout.progress_reward={config.progress_reward}: env "
+                f"{env.name or type(env).__name__!r} has no progress potential "
+                "(Env.progress_potential). Fix: rollout.progress_reward=0, or implement "
+                "progress_potential() and progress_potential_meaning on the env"
+            )
         system = prompts.system_message(
             env.instructions,
             config.reasoning,
@@ -372,6 +389,7 @@ def _close_turn(
     executed = parsed.actions[:budget] if parsed.format_ok else []
     # scored against the state the reply answered, before any action runs
     scores = _score_reasoning(env, parsed, config.reasoning, executed)
+    potential = env.progress_potential() if config.progress_reward > 0 else 0.0
     env_reward, valid, effective = 0.0, [], []
     terminated = truncated = False
     for action in executed:
@@ -391,7 +409,10 @@ def _close_turn(
         ep.num_format_errors += 1
     shaping = config.format_reward if parsed.format_ok else config.format_penalty
     reasoning_reward = scores.total(config.reward_weights)
-    reward = env_reward + shaping + reasoning_reward
+    progress = 0.0
+    if config.progress_reward > 0:  # Phi(s') - Phi(s): 0 for a turn that moved nothing
+        progress = config.progress_reward * (env.progress_potential() - potential)
+    reward = env_reward + shaping + reasoning_reward + progress
     ep.turn_rewards.append(reward)
     ep.shown_rewards.append(env_reward + shaping)
     ep.turn_token_counts.append(n_tokens)
@@ -421,6 +442,7 @@ def _close_turn(
                 "num_tokens": n_tokens,
                 "reasoning_scores": scores.as_dict(),
                 "reasoning_reward": reasoning_reward,
+                **({"progress_reward": progress} if config.progress_reward > 0 else {}),
             },
         )
     )

@@ -203,6 +203,19 @@ class Env(ABC):
         """The solver's next action from the current state, or None when unknown."""
         return None
 
+    # -- progress potential (rollout.progress_reward) -----------------------------------
+    #: what :meth:`progress_potential` measures, for docs and errors (empty: no potential)
+    progress_potential_meaning: ClassVar[str] = ""
+
+    def progress_potential(self) -> float:
+        """``Phi(s)`` of the current state for potential-based reward shaping (Ng, Harada
+        & Russell 1999): the rollout adds ``w * (Phi(s') - Phi(s))`` to a turn's reward
+        (``rollout.progress_reward = w``). Higher is closer to solving; an env that can
+        measure it (usually through its solver) sets ``progress_potential_meaning``.
+        Along an episode the shaping telescopes to ``w * (Phi(s_T) - Phi(s_0))``, so it
+        cannot make a detour pay: it only tells each move how much nearer it got."""
+        raise NotImplementedError(f"{type(self).__name__} has no progress potential")
+
     def random_action(self, rng: random.Random) -> str:
         """A uniformly random action (the 'random' reference policy)."""
         names = self.action_names

@@ -145,6 +145,27 @@ def transitions(desc: Sequence[str], pos: int, action: int, p: float) -> list[tu
 
 
 @functools.lru_cache(maxsize=4096)
+def discounted_success(desc: tuple[str, ...], p: float, gamma: float = 0.9) -> tuple[float, ...]:
+    """Per flat cell, ``E[gamma^T 1(goal reached at step T)]`` when following
+    :func:`solve_lake`'s policy: the exact solution of ``V = gamma P_pi V`` with
+    ``V(goal) = 1`` and ``V(hole) = 0`` (a linear solve; gamma < 1 makes it regular)."""
+    policy, _ = solve_lake(desc, p)
+    flat = "".join(desc)
+    n = len(flat)
+    P = np.zeros((n, n))
+    for s in range(n):
+        if flat[s] not in "HG":
+            for prob, nxt in transitions(desc, s, policy[s], p):
+                P[s, nxt] += prob
+    goal = np.array([ch == "G" for ch in flat], dtype=float)
+    inner = np.array([ch not in "HG" for ch in flat])
+    values = goal.copy()
+    A = np.eye(int(inner.sum())) - gamma * P[np.ix_(inner, inner)]
+    values[inner] = np.linalg.solve(A, gamma * P[inner] @ goal)
+    return tuple(float(v) for v in np.clip(values, 0.0, 1.0))
+
+
+@functools.lru_cache(maxsize=4096)
 def solve_lake(desc: tuple[str, ...], p: float) -> tuple[tuple[int, ...], tuple[float, ...]]:
     """Optimal policy and success probabilities for the slippery dynamics.
 
@@ -468,6 +489,18 @@ class FrozenLakeEnv(Env):
             return None
         policy, _ = solve_lake(self.desc, self.p)
         return ACTION_NAMES[policy[self._pos]]
+
+    progress_potential_meaning = (
+        "the solver's discounted (gamma 0.9) chance of reaching the goal from here"
+    )
+
+    def progress_potential(self) -> float:
+        """``Phi(s) = E[0.9^T 1(goal)]`` under the solver's policy from the current cell
+        (:func:`discounted_success`): 1 at the goal, 0 in a hole, and higher the sooner
+        the goal can safely be reached. The undiscounted chance would not do: on most
+        slippery maps a cautious policy reaches the goal with probability 1 from almost
+        every cell, so it would say nothing about getting closer within the turn budget."""
+        return discounted_success(self.desc, self.p)[self._pos]
 
     def optimal_success_probability(self, from_current: bool = False) -> float:
         """Probability that the optimal policy ever reaches the goal (no step limit), from

@@ -202,6 +202,7 @@ class SokobanEnv(Env):
         # episode state, filled by _reset
         self._start: Room | None = None
         self._oracle: dict[int, int] = {}  # packed state -> next action id on an optimal plan
+        self._moves_left: dict[int, int | None] = {}  # packed state -> optimal moves (None: dead)
         self._set_room(self._initial_room(0))
 
     # -- episode --------------------------------------------------------------------------
@@ -251,6 +252,7 @@ class SokobanEnv(Env):
         room = self._initial_room(seed)
         if room is not self._start:
             self._oracle = {}
+            self._moves_left = {}
         self._set_room(room)
 
     def _step(self, action: str) -> StepResult:
@@ -451,6 +453,36 @@ class SokobanEnv(Env):
             # remember the whole plan: following it hits the cache at every step
             self._oracle.update({state: a for a, state in path})
         return ACTION_NAMES[self._oracle[key]]
+
+    progress_potential_meaning = (
+        "-(optimal moves left) / (optimal moves from the start), clipped at -2; a deadlock "
+        "(no plan) is -2"
+    )
+
+    def progress_potential(self) -> float:
+        """``Phi(s) = -min(d(s) / d(s_0), 2)``: the optimal moves left from here ``d(s)``
+        over those from the episode's start, so a solved room is 0, the start -1, and a
+        deadlock (or a state the solver cannot finish within its limit) -2.
+
+        Normalizing by ``d(s_0)`` makes the shaping of a whole solved episode worth the
+        same ``w`` in every room; each optimal move earns ``w / d(s_0)``, a move away
+        costs as much, and a push into a deadlock costs up to ``w``."""
+        if self._start is None:
+            raise RuntimeError("the Sokoban env has no room yet; call reset(seed) first")
+        start = self._optimal_moves(self._start)
+        left = self._optimal_moves(self.room)
+        if not start or left is None:  # an unsolvable level, or a deadlock
+            return -2.0
+        return -min(left / start, 2.0)
+
+    def _optimal_moves(self, room: Room) -> int | None:
+        """Optimal moves from ``room``'s state (None: no plan), memoized per room: the
+        rollout asks at every turn, and episodes revisit states."""
+        key = pack(room, room.player, room.boxes)
+        if key not in self._moves_left:
+            path = solve_path(room, self.solver_max_states)
+            self._moves_left[key] = None if path is None else len(path)
+        return self._moves_left[key]
 
     def optimal_solution_length(self) -> int | None:
         """Moves of an optimal plan from the current state (None if unsolvable / over limit)."""
