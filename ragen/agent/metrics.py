@@ -29,6 +29,8 @@ reward/grounding         mean over turns of the reasoning scores (present only w
 reward/world_model       reply format and env produce them; malformed turns count 0;
 reward/consistency       ``ragen.agent.reasoning_rewards``), rewarded or not
 thought_words            words per turn in the thought (turns of a format with one)
+thought_distinct         distinct thoughts / thoughts over those turns (exact text match):
+                         the echo trap repeats one thought whatever the input
 =======================  ==========================================================
 """
 
@@ -148,4 +150,6 @@ def _reasoning_metrics(heads: Sequence[Trajectory]) -> dict[str, float]:
     with_thought = [turn for turn in turns if turn.format_ok and turn.thought]
     if with_thought:
         out["thought_words"] = _mean([len(turn.thought.split()) for turn in with_thought])
+        thoughts = [" ".join(turn.thought.split()) for turn in with_thought]
+        out["thought_distinct"] = len(set(thoughts)) / len(thoughts)
     return out

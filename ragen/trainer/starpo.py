@@ -44,6 +44,7 @@ from .batching import (
     TrainingBatch,
     baseline_groups,
     collate,
+    filter_sample_values,
     micro_batches,
     padding_fraction,
     place_rewards,
@@ -134,24 +135,32 @@ class StarPOTrainer:
         self._build_models()
         self._build_rollout()
         from .checkpoint import CheckpointManager
-        from .metrics_logger import MetricsLogger
 
         self.checkpoints = CheckpointManager(self.run_dir, keep_last=t.keep_last)
         self.start_step = self._maybe_resume()
         (self.run_dir / "config.yaml").write_text(to_yaml(cfg))
+        self.logger = self._open_logger(self.start_step)
+        from .collapse_guard import CollapseGuard
+
+        self.collapse_guard = CollapseGuard(self)  # echo-trap warnings, trainer.on_collapse
+
+    def _open_logger(self, start_step: int):
+        from .metrics_logger import MetricsLogger
+
+        t = self.cfg.trainer
         wandb = (
             {"project": t.wandb_project, "mode": t.wandb_mode, "name": self.run_name}
             if t.wandb
             else None
         )
-        self.logger = MetricsLogger(
+        return MetricsLogger(
             self.run_dir,
             t.total_steps,
             console=t.console,
             tensorboard=t.tensorboard,
             wandb=wandb,
-            config=to_dict(cfg),
-            start_step=self.start_step,
+            config=to_dict(self.cfg),
+            start_step=start_step,
         )
 
     # -- construction ----------------------------------------------------------------
@@ -312,9 +321,13 @@ class StarPOTrainer:
         self._trained_since_save = False
         skipped_in_row = 0
         stop_note = ""
+        if t.on_collapse == "rollback" and self.start_step == 0 and not self.checkpoints.list():
+            self.save_checkpoint(0)  # somewhere to roll back to before the first save
         with self.signals.installed():
             try:
-                for step in range(self.start_step, t.total_steps):
+                step = self.start_step - 1
+                while step + 1 < t.total_steps:
+                    step += 1
                     if self.signals.signum is not None:
                         break
                     try:
@@ -326,8 +339,17 @@ class StarPOTrainer:
                     done = step + 1
                     if t.val_every and (done % t.val_every == 0 or done == t.total_steps):
                         metrics.update(self.validate(step))
+                    warnings = self.collapse_guard.observe(done, metrics)
                     self.logger.log(done, metrics)
                     history.append(metrics)
+                    action = self.collapse_guard.act(done, warnings)
+                    if action == "stop":
+                        self._save_if_trained(done)
+                        break
+                    if isinstance(action, int):  # rolled back to checkpoint `action`
+                        history = history[: max(action - self.start_step, 0)]
+                        step, skipped_in_row = action - 1, 0
+                        continue
                     trained = self._step_trained
                     self._trained_since_save |= trained
                     skipped_in_row = 0 if trained else skipped_in_row + 1
@@ -457,6 +479,12 @@ class StarPOTrainer:
             metrics[f"rollout/{key}"] = float(result.stats.get(key, 0.0))
         if t.save_trajectories:
             self.logger.log_trajectories(step + 1, [tr.to_json() for tr in trajectories])
+        if t.reasoning_samples:
+            # reasoning/cond_entropy, reasoning/mutual_info: does the thought still depend
+            # on the prompt? (one extra forward pass, ragen.trainer.reasoning_stats)
+            tic = time.perf_counter()
+            metrics.update(self.reasoning_stats(trajectories, step))
+            timing["timing/reasoning_stats"] = time.perf_counter() - tic
 
         # StarPO-S filter on RAW episode scores (never on normalized ones: docs/ARCHITECTURE.md, "Pitfalls")
         tic = time.perf_counter()
@@ -469,6 +497,8 @@ class StarPOTrainer:
             strategy=a.filter.strategy,
             value=a.filter.value,
             include_zero=a.filter.include_zero,
+            metric=a.filter.metric,
+            sample_values=filter_sample_values(trajectories, a.filter.metric),
         )
         metrics.update({f"filter/{k}": float(v) for k, v in filter_metrics.items()})
         # An episode whose very first prompt overflowed max_model_len has no tokens to train.
@@ -520,6 +550,21 @@ class StarPOTrainer:
         metrics["perf/num_trained_samples"] = float(len(kept))
         metrics["actor/lr"] = self.actor_sched.get_last_lr()[0]
         return metrics
+
+    def reasoning_stats(self, trajectories: list[Trajectory], step: int) -> dict[str, float]:
+        from .reasoning_stats import reasoning_stats
+
+        with self.autocast:
+            return reasoning_stats(
+                self.actor,
+                self.tokenizer,
+                trajectories,
+                self.cfg.trainer.reasoning_samples,
+                self.pad_id,
+                self.cfg.rollout.temperature,
+                self.device,
+                seed=derive_seed(self.cfg.trainer.seed, "reasoning_stats", step),
+            )
 
     # -- batch preparation -----------------------------------------------------------
     def prepare_batch(self, trajectories: list[Trajectory]) -> TrainingBatch:
