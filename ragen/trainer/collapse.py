@@ -161,7 +161,9 @@ class CollapseDetector:
                 if kind == "drop":
                     peak = max(self._peak.get(name, avg), avg)
                     self._peak[name] = peak
-                    ratio = avg / peak if peak > 0 else 1.0
+                    # a peak below min_drop (a metric that was ~0 all along, e.g. the MI
+                    # of identical prompts) cannot collapse: report 1, never fire
+                    ratio = avg / peak if peak >= max(c.min_drop, 1e-12) else 1.0
                     self.last_metrics[f"collapse/{name}"] = ratio
                     if ratio < threshold and peak - avg >= c.min_drop:
                         warning = (
