@@ -1,14 +1,15 @@
 """Echo-trap early warning on the bandit echo-trap runs: lead time, false alarms, rollback.
 
     OMP_NUM_THREADS=1 .venv/bin/python -m bench.bench_collapse --seeds 0 1 2
-    OMP_NUM_THREADS=1 .venv/bin/python -m bench.bench_collapse --seeds 0 --runs grpo-rollback
+    OMP_NUM_THREADS=1 .venv/bin/python -m bench.bench_collapse --runs grpo-rollback-lr grpo-rollback-drgrpo
     .venv/bin/python -m bench.bench_collapse --seeds 0 1 2 --report-only
 
 The same setup as ``bench.bench_echo_trap`` (tiny:nano, format-only SFT warm start per
 seed, 16 groups x 4 rollouts, 60 steps), with the collapse detector on
-(``trainer.on_collapse=warn``) for ``grpo``, ``starpo`` and ``starpo-s``, and
-``grpo-rollback``: GRPO with ``trainer.on_collapse=rollback``, a checkpoint every 2
-steps and ``--change`` applied at each rollback.
+(``trainer.on_collapse=warn``) for ``grpo``, ``starpo`` and ``starpo-s``, and GRPO with
+``trainer.on_collapse=rollback`` and a checkpoint every 2 steps, changing at each
+rollback either the actor lr (``grpo-rollback-lr``: x0.5) or the estimator
+(``grpo-rollback-drgrpo``: Dr.GRPO's, without the std division).
 
 Per run it reports: the step at which success collapses (the first step t >= 3 whose
 3-step mean train success is below half of the 3-step mean at step 3), the first
@@ -34,11 +35,23 @@ from ragen.trainer.config import load_config
 from ragen.trainer.metrics_logger import read_events, read_metrics
 from ragen.trainer.starpo import StarPOTrainer
 
+_ROLLBACK = ["trainer.on_collapse=rollback", "trainer.save_every=2"]
 RUNS = {
     "grpo": ("grpo", []),
     "starpo": ("starpo", []),
     "starpo-s": ("starpo-s", []),
-    "grpo-rollback": ("grpo", ["trainer.on_collapse=rollback", "trainer.save_every=2"]),
+    # the issue's example: roll back and halve the actor lr (twice at most)
+    "grpo-rollback-lr": ("grpo", [*_ROLLBACK, "trainer.rollback_change=[model.actor_lr=*0.5]"]),
+    # roll back and drop GRPO's std division (Dr.GRPO's estimator and loss aggregation),
+    # the cause of this collapse per docs/RESULTS.md
+    "grpo-rollback-drgrpo": (
+        "grpo",
+        [
+            *_ROLLBACK,
+            "trainer.rollback_change=[algo.adv_estimator=drgrpo,"
+            "algo.loss_agg_mode=seq-mean-token-sum-norm]",
+        ],
+    ),
 }
 HEALTHY = ("starpo", "starpo-s")
 
@@ -57,7 +70,7 @@ def collapse_step(rows, window: int = 3) -> int | None:
     return None
 
 
-def run_one(root: Path, demo: Demo, name: str, steps: int, seed: int, change: list[str]) -> Path:
+def run_one(root: Path, demo: Demo, name: str, steps: int, seed: int) -> Path:
     budget = demo.budget
     algo, extra = RUNS[name]
     run_dir = root / "bandit" / f"rl-{name}"
@@ -87,8 +100,6 @@ def run_one(root: Path, demo: Demo, name: str, steps: int, seed: int, change: li
         *budget.extra,
         *extra,
     ]
-    if name.endswith("rollback"):
-        overrides.append("trainer.rollback_change=[" + ",".join(change) + "]")
     if run_dir.exists():
         import shutil
 
@@ -129,7 +140,6 @@ def main() -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--runs", nargs="+", default=list(RUNS), choices=list(RUNS))
     p.add_argument("--steps", type=int, default=60)
-    p.add_argument("--change", nargs="+", default=["model.actor_lr=*0.5"])
     p.add_argument("--out", default="runs/bench_collapse")
     p.add_argument("--report-only", action="store_true")
     p.add_argument("--replay", nargs="*", default=None, help="key=value detector overrides")
@@ -150,7 +160,7 @@ def main() -> None:
         for name in args.runs:
             run_dir = root / "bandit" / f"rl-{name}"
             if not args.report_only:
-                run_one(root, demo, name, args.steps, seed, args.change)
+                run_one(root, demo, name, args.steps, seed)
             if (run_dir / "metrics.jsonl").exists():
                 table[(name, seed)] = summarize(run_dir, cfg)
     print(

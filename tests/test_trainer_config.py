@@ -227,3 +227,16 @@ def test_filter_metric_and_collapse_keys():
 def test_collapse_config_errors(overrides, expected):
     with pytest.raises(ConfigError, match=expected.replace(".", r"\.")):
         load_config(overrides)
+
+
+def test_rollback_change_is_dry_run_at_load():
+    # keeping 1 group of 16 x group_size leaves less than one minibatch of 128
+    overrides = [
+        "rollout.env_groups=16",
+        "rollout.group_size=8",
+        "algo.ppo_mini_batch_size=128",
+        "trainer.rollback_change=[algo.filter.value=0.05]",
+    ]
+    load_config(overrides)  # on_collapse=warn: the change is never applied
+    with pytest.raises(ConfigError, match="would make the config invalid.*ppo_mini_batch_size"):
+        load_config([*overrides, "trainer.on_collapse=rollback"])

@@ -39,6 +39,14 @@ class CollapseGuard:
         self.detector = CollapseDetector(trainer.cfg.trainer.collapse)
         self.rollbacks = 0
         self._seen: list[tuple[int, dict[str, Any]]] = []  # (step, metrics) fed so far
+        if trainer.start_step > 0:
+            # a resumed run re-warms the detector on the logged steps it keeps, so its
+            # peaks, diagnostics and warnings match the uninterrupted run's
+            from .metrics_logger import read_metrics
+
+            for row in read_metrics(trainer.run_dir):
+                if row["step"] <= trainer.start_step:
+                    self.observe(int(row["step"]), dict(row))
 
     def observe(self, step: int, metrics: dict[str, Any]) -> list[CollapseWarning]:
         """Feed step ``step``; add ``collapse/*`` diagnostics to ``metrics`` in place."""

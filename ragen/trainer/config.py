@@ -315,7 +315,7 @@ def _fail(key: str, problem: str, fix: str) -> None:
     raise ConfigError(f"{key}: {problem}. Fix: {fix}")
 
 
-def validate(cfg: TrainConfig) -> None:
+def validate(cfg: TrainConfig, rollback_dry_run: bool = True) -> None:
     """Reject a config that cannot run, naming the full key, the problem and the fix.
 
     Order: unknown values of enumerated keys, then ranges of single values (including
@@ -333,6 +333,15 @@ def validate(cfg: TrainConfig) -> None:
             f"checkpoint {t.resume!r} does not exist",
             "use auto, never, or an existing checkpoint folder",
         )
+    if rollback_dry_run and t.on_collapse == "rollback" and t.rollback_change:
+        # a change that makes the config invalid must fail now, not at the first warning
+        try:
+            apply_rollback_change(cfg, list(t.rollback_change))
+        except ConfigError as err:
+            raise ConfigError(
+                f"trainer.rollback_change {list(t.rollback_change)} would make the config "
+                f"invalid: {err}"
+            ) from None
 
 
 def _check_choices(cfg: TrainConfig) -> None:
@@ -501,6 +510,8 @@ ROLLBACK_KEYS = (
     "algo.adv_estimator",
     "algo.norm_method",
     "algo.norm_grouping",
+    "algo.loss_agg_mode",
+    "algo.whiten_advantages",
     "algo.clip_ratio_low",
     "algo.clip_ratio_high",
     "algo.entropy_coef",
@@ -566,7 +577,7 @@ def apply_rollback_change(
             value = type(old)(old * value)
         setattr(node, leaf, value)
         changed[key] = [old, value]
-    validate(new)
+    validate(new, rollback_dry_run=False)
     return new, changed
 
 
