@@ -6,9 +6,19 @@ import pytest
 
 from ragen.trainer.collapse import CollapseConfig, CollapseDetector, replay
 
+# fixed round thresholds, so the expected steps below do not move with the defaults
+BASE = dict(
+    group_std_ratio=0.5,
+    entropy_ratio=0.5,
+    thought_diversity_ratio=0.5,
+    mutual_info_ratio=0.3,
+    grad_norm_spike=8.0,
+    format_error_rise=0.3,
+)
+
 
 def _run(key, values, **cfg):
-    det = CollapseDetector(CollapseConfig(**cfg))
+    det = CollapseDetector(CollapseConfig(**{**BASE, **cfg}))
     fired = []
     for step, v in enumerate(values, start=1):
         fired += [(w.step, w.signal) for w in det.update(step, {key: v})]
@@ -82,6 +92,6 @@ def test_signals_subset_disabled_and_reset():
 
 def test_replay_matches_online_updates():
     rows = [{"step": s, "actor/entropy": v} for s, v in enumerate([1.0] * 5 + [0.1] * 5, 1)]
-    warnings, diags = replay(CollapseConfig(), rows)
+    warnings, diags = replay(CollapseConfig(**BASE), rows)
     assert [(w.step, w.signal) for w in warnings] == [(7, "entropy")]
     assert len(diags) == 10 and "collapse/entropy" in diags[-1]
