@@ -9,7 +9,9 @@ seed, 16 groups x 4 rollouts, 60 steps), with the collapse detector on
 (``trainer.on_collapse=warn``) for ``grpo``, ``starpo`` and ``starpo-s``, and GRPO with
 ``trainer.on_collapse=rollback`` and a checkpoint every 2 steps, changing at each
 rollback either the actor lr (``grpo-rollback-lr``: x0.5) or the estimator
-(``grpo-rollback-drgrpo``: Dr.GRPO's, without the std division).
+(``grpo-rollback-drgrpo``: Dr.GRPO's, without the std division); ``*-onset`` restore
+the checkpoint from before the warned signal began to decline
+(``trainer.rollback_to=onset``) instead of the last one before the warning.
 
 Per run it reports: the step at which success collapses (the first step t >= 3 whose
 3-step mean train success is below half of the 3-step mean at step 3), the first
@@ -53,6 +55,9 @@ RUNS = {
         ],
     ),
 }
+# the same two changes, restoring the checkpoint from before the signal's decline began
+for _name in ("grpo-rollback-lr", "grpo-rollback-drgrpo"):
+    RUNS[f"{_name}-onset"] = (RUNS[_name][0], [*RUNS[_name][1], "trainer.rollback_to=onset"])
 HEALTHY = ("starpo", "starpo-s")
 
 

@@ -124,6 +124,16 @@ def test_rollback_restores_checkpoint_and_applies_change(tiny_model_dir, tmp_pat
     assert sum(e["action"] == "rollback" for e in col) >= 1
 
 
+def test_rollback_to_onset_goes_back_before_the_decline(tiny_model_dir, tmp_path):
+    run = tmp_path / "run"
+    extra = [*FORCE, "trainer.on_collapse=rollback", "trainer.max_rollbacks=1"]
+    cfg = _cfg(tiny_model_dir, run, 4, [*extra, "trainer.rollback_to=onset"])
+    cfg.trainer.save_every = 1
+    StarPOTrainer(cfg).train()
+    (ev,) = [e for e in read_events(run, "collapse") if e["action"] == "rollback"][:1]
+    assert ev["restored_step"] == min(ev["onset"], ev["step"] - 1)
+
+
 def test_rollback_change_is_validated():
     with pytest.raises(ConfigError, match="cannot change mid-run"):
         load_config(["trainer.rollback_change=[rollout.group_size=4]"])

@@ -95,3 +95,10 @@ def test_replay_matches_online_updates():
     warnings, diags = replay(CollapseConfig(**BASE), rows)
     assert [(w.step, w.signal) for w in warnings] == [(7, "entropy")]
     assert len(diags) == 10 and "collapse/entropy" in diags[-1]
+
+
+def test_onset_is_the_step_the_moving_average_peaked():
+    det = CollapseDetector(CollapseConfig(**BASE))
+    seq = [0.2, 0.3, 0.4, 0.5, 0.2, 0.1, 0.0, 0.0, 0.0]  # 3-step mean peaks at step 4
+    warnings = [w for s, v in enumerate(seq, 1) for w in det.update(s, {"actor/entropy": v})]
+    assert [(w.step, w.onset) for w in warnings] == [(7, 4)]

@@ -84,6 +84,9 @@ class CollapseWarning:
     message: str
     value: float
     reference: float
+    # the step the decline began: where a drop's moving average peaked (or a surge's was
+    # lowest); the warning step itself for a spike. ``trainer.rollback_to=onset`` uses it.
+    onset: int = 0
 
 
 # name -> (metric key, kind, config attribute of the threshold)
@@ -122,6 +125,7 @@ class CollapseDetector:
         self._values = {name: deque(maxlen=max(c.window, c.grad_norm_history)) for name in SIGNALS}
         self._peak: dict[str, float] = {}
         self._low: dict[str, float] = {}
+        self._onset: dict[str, int] = {}  # step of the peak (drop) or of the low (surge)
         self._fired: set[str] = set()
         self.last_metrics: dict[str, float] = {}
 
@@ -164,6 +168,8 @@ class CollapseDetector:
                     continue
                 avg = sum(list(hist)[-c.window :]) / c.window
                 if kind == "drop":
+                    if avg >= self._peak.get(name, -math.inf):
+                        self._onset[name] = step
                     peak = max(self._peak.get(name, avg), avg)
                     self._peak[name] = peak
                     # a peak below min_drop (a metric that was ~0 all along, e.g. the MI
@@ -177,6 +183,8 @@ class CollapseDetector:
                             peak,
                         )
                 else:  # surge
+                    if avg <= self._low.get(name, math.inf):
+                        self._onset[name] = step
                     low = min(self._low.get(name, avg), avg)
                     self._low[name] = low
                     rise = avg - low
@@ -189,7 +197,8 @@ class CollapseDetector:
                         )
             if warning is not None and step >= c.min_steps and name not in self._fired:
                 self._fired.add(name)
-                out.append(CollapseWarning(step, name, warning[0], x, warning[1]))
+                onset = self._onset.get(name, step) if kind != "spike" else step
+                out.append(CollapseWarning(step, name, warning[0], x, warning[1], onset))
         return out
 
 

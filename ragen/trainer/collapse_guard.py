@@ -11,7 +11,9 @@
 
   - ``warn``: nothing more;
   - ``stop``: the trainer stops after this step (the step is saved if it trained);
-  - ``rollback``: restore the last checkpoint saved strictly before the warning
+  - ``rollback``: restore the last checkpoint saved strictly before the warning (with
+    ``trainer.rollback_to=onset``: at or before the step where the warned signal's
+    moving average peaked, i.e. before its decline began)
     (weights, optimizers, schedulers, RNG, as a resume does; the later checkpoints and
     logs move to ``run_dir/superseded/<time>/``, or ``superseded/rollback<k>_step<w>/``
     when only logs are later), apply ``trainer.rollback_change``
@@ -85,6 +87,7 @@ class CollapseGuard:
             action=action,
             value=w.value,
             reference=w.reference,
+            onset=w.onset,
             **extra,
         )
 
@@ -93,7 +96,12 @@ class CollapseGuard:
 
         tr = self.trainer
         t = tr.cfg.trainer
-        before = [p for p in tr.checkpoints.list() if step_of(p) < step]
+        # strictly before the warning; with rollback_to=onset, at or before the step the
+        # earliest warned signal started to decline (its moving average's peak)
+        limit = step - 1
+        if t.rollback_to == "onset":
+            limit = min(limit, *(w.onset for w in warnings))
+        before = [p for p in tr.checkpoints.list() if step_of(p) <= limit]
         if not before:  # cannot happen with the step-0 checkpoint; never crash on it
             for w in warnings:
                 self._event(w, "warn", " (no checkpoint before the warning: warning only)")

@@ -191,6 +191,9 @@ class TrainerSection:
     # "key=value" overrides; "key=*0.5" scales the current value (e.g. model.actor_lr=*0.5)
     rollback_change: list[str] = field(default_factory=lambda: ["model.actor_lr=*0.5"])
     max_rollbacks: int = 2  # after this many, a warning only warns
+    # which checkpoint a rollback restores: the last one saved before the warning step
+    # (warning), or before the step the warned signal began to decline (onset)
+    rollback_to: str = "warning"
     # reasoning/cond_entropy and reasoning/mutual_info from n x n cross-prompt scoring of
     # this many groups per step (0 disables; ragen.trainer.reasoning_stats)
     reasoning_samples: int = 8
@@ -368,6 +371,7 @@ def _check_choices(cfg: TrainConfig) -> None:
     check_choice("algo.filter.strategy", a.filter.strategy, FILTER_STRATEGIES)
     check_choice("algo.filter.metric", a.filter.metric, FILTER_METRICS)
     check_choice("trainer.on_collapse", cfg.trainer.on_collapse, ON_COLLAPSE)
+    check_choice("trainer.rollback_to", cfg.trainer.rollback_to, ("warning", "onset"))
     for name in cfg.trainer.collapse.signals:
         check_choice("trainer.collapse.signals", name, list(SIGNALS))
     check_choice("algo.turn_baseline", a.turn_baseline, TURN_BASELINES)
