@@ -58,6 +58,16 @@ RUNS = {
 # the same two changes, restoring the checkpoint from before the signal's decline began
 for _name in ("grpo-rollback-lr", "grpo-rollback-drgrpo"):
     RUNS[f"{_name}-onset"] = (RUNS[_name][0], [*RUNS[_name][1], "trainer.rollback_to=onset"])
+# only the estimator: Dr.GRPO's loss aggregation changes the gradient scale, and the
+# restored Adam second moments (beta2 = 0.999) then shrink the steps for hundreds of steps
+RUNS["grpo-rollback-adv-onset"] = (
+    "grpo",
+    [
+        *_ROLLBACK,
+        "trainer.rollback_change=[algo.adv_estimator=drgrpo]",
+        "trainer.rollback_to=onset",
+    ],
+)
 HEALTHY = ("starpo", "starpo-s")
 
 
