@@ -145,6 +145,8 @@ def summarize(run_dir: Path, cfg: CollapseConfig | None) -> dict:
         "first_warning": first and (first["step"], first["signal"]),
         "signals": sorted({(e["step"], e["signal"]) for e in events}),
         "final_val": val[-1] if val else float("nan"),
+        "train_last5": statistics.mean(r["rollout/success_rate"] for r in rows[-5:]),
+        "restored": [e["step"] for e in read_events(run_dir, "rollback")],
         "rollbacks": len(read_events(run_dir, "rollback")),
         "extreme": extreme,
     }
@@ -179,15 +181,16 @@ def main() -> None:
             if (run_dir / "metrics.jsonl").exists():
                 table[(name, seed)] = summarize(run_dir, cfg)
     print(
-        f"{'run':<14} {'seed':>4} {'collapse':>8} {'1st warning':>24} {'lead':>5} {'val end':>7} rb"
+        f"{'run':<26} {'seed':>4} {'collapse':>8} {'1st warning':>24} {'lead':>5} "
+        f"{'val end':>7} {'train last5':>11} restored"
     )
     for (name, seed), s in sorted(table.items()):
         w = s["first_warning"]
         lead = s["collapse_step"] - w[0] if (w and s["collapse_step"]) else None
         print(
-            f"{name:<14} {seed:>4} {str(s['collapse_step']):>8} "
+            f"{name:<26} {seed:>4} {str(s['collapse_step']):>8} "
             f"{(f'{w[0]} {w[1]}' if w else '-'):>24} {str(lead):>5} {s['final_val']:>7.3f} "
-            f"{s['rollbacks']}"
+            f"{s['train_last5']:>11.3f} {s['restored']}"
         )
     print("\nsignal extremes (drop: min a/peak; grad_norm: max x/median; format: max rise)")
     for name in SIGNALS:
