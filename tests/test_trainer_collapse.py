@@ -85,6 +85,7 @@ def test_stop_ends_the_run_at_the_warning(tiny_model_dir, tmp_path):
     assert ev["action"] == "stop"
     assert len(history) == ev["step"] < 6
     assert read_metrics(run)[-1]["step"] == ev["step"]
+    assert (run / "checkpoints" / f"step_{ev['step']:06d}").is_dir()  # the stop step is saved
 
 
 def test_rollback_restores_checkpoint_and_applies_change(tiny_model_dir, tmp_path):

@@ -8,7 +8,11 @@ One step, top to bottom (docs/ARCHITECTURE.md draws it as data)::
       -> old log-probs (recomputed by the training model) [-> reference log-probs if KL]
       -> values (critic) -> advantages (registered estimator)
       -> ppo_epochs x minibatches, each micro-batched by a token budget (grad accumulation)
-      -> critic update -> metrics -> periodic validation -> checkpoint
+      -> critic update -> metrics -> periodic validation
+      -> collapse detector (warn | stop | rollback, ragen.trainer.collapse_guard) -> checkpoint
+
+Before the filter, ``trainer.reasoning_samples`` groups' thoughts are cross-scored under
+each other's prompts (``reasoning/cond_entropy``, ``reasoning/mutual_info``).
 
 Every tensor is (B, T) over the training sequence and aligned to token positions:
 ``log_prob[:, t] = log p(input_ids[:, t] | input_ids[:, <t])`` and ``values[:, t]`` is the
@@ -306,9 +310,12 @@ class StarPOTrainer:
     def train(self) -> list[dict[str, float]]:
         """Run steps ``start_step+1 .. total_steps``; return each step's metrics.
 
-        Stops early with a :class:`ConfigError` after
-        ``trainer.max_consecutive_skipped_steps`` steps in a row that trained nothing,
-        and with :class:`TrainingInterrupted` after SIGINT/SIGTERM: the step in
+        Stops early: with a :class:`ConfigError` after
+        ``trainer.max_consecutive_skipped_steps`` steps in a row that trained nothing;
+        normally (the step saved) after a collapse warning with
+        ``trainer.on_collapse=stop`` (with ``rollback`` it goes back to a checkpoint and
+        continues, ``ragen.trainer.collapse_guard``); and with
+        :class:`TrainingInterrupted` after SIGINT/SIGTERM: the step in
         progress is abandoned if its update has not begun (else finished), the last
         completed step is saved unless it already is, and the message holds the command
         that resumes the run.
@@ -344,6 +351,7 @@ class StarPOTrainer:
                     history.append(metrics)
                     action = self.collapse_guard.act(done, warnings)
                     if action == "stop":
+                        self._trained_since_save |= self._step_trained
                         self._save_if_trained(done)
                         break
                     if isinstance(action, int):  # rolled back to checkpoint `action`
