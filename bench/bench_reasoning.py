@@ -109,6 +109,8 @@ def _curves(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
         return out
     for line in path.read_text().splitlines():
         row = json.loads(line)
+        if "event" in row:  # a collapse warning or other event, not a step's metrics
+            continue
         for k in CURVE_KEYS:
             if k in row:
                 out[k].append((int(row["step"]), float(row[k])))

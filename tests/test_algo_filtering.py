@@ -114,3 +114,62 @@ def test_group_reward_std_definition_and_errors():
     assert std.tolist() == pytest.approx([0.5, 0.5, 0.0])
     with pytest.raises(ValueError, match="episode_reward"):
         group_reward_std([1.0, 0.0], [0, 0], episode_ids=[3, 3])
+
+
+# --- RAGEN-2 variants: strategies x ranking metrics ------------------------------------
+# SCORES/INDEX above: std per group [0, .5, 1, 0, .5] (sum 2), mean [1, .5, 1, 5, .5]
+
+
+@pytest.mark.parametrize(
+    "strategy,value,metric,expected",
+    [
+        # nucleus on std: sorted 1 (g2), .5 (g1), .5 (g4), 0, 0; mass 2
+        ("nucleus", 0.5, "reward_std", [2]),  # 1 >= 0.5 * 2
+        ("nucleus", 0.6, "reward_std", [1, 2]),  # 1.5 >= 1.2
+        ("nucleus", 1.0, "reward_std", [1, 2, 4]),  # zero-mass groups never needed
+        # nucleus on variance: 1, .25, .25 (mass 1.5): 0.7 * 1.5 = 1.05 -> 2 groups
+        ("nucleus", 0.7, "reward_var", [1, 2]),
+        ("min_p", 0.5, "reward_std", [1, 2, 4]),  # >= 0.5 * max(1)
+        ("min_p", 0.6, "reward_std", [2]),
+        ("min_p", 0.0, "reward_std", [0, 1, 2, 3, 4]),
+        ("threshold", 0.5, "reward_std", [1, 2, 4]),
+        ("top_k", 1, "reward", [3]),  # highest mean score (5)
+        ("top_k", 2, "reward", [0, 3]),  # then g0 (1.0) ties g2 (1.0), g0 first
+        ("threshold", 1.0, "reward", [0, 2, 3]),
+    ],
+)
+def test_filter_strategies_and_metrics(strategy, value, metric, expected):
+    mask, metrics = filter_groups(SCORES, INDEX, strategy, value, metric=metric)
+    assert kept_groups(mask) == expected
+    assert metrics["num_groups_kept"] == len(expected)
+
+
+def test_filter_by_sample_values_entropy_and_length():
+    # per-sample values; group means: g0 2, g1 0.5, g2 3, g3 1, g4 4
+    values = torch.tensor([2.0, 2.0, 2.0, 0.0, 1.0, 3.0, 3.0, 1.0, 1.0, 4.0, 4.0])
+    for metric in ("entropy", "length"):
+        mask, metrics = filter_groups(
+            SCORES, INDEX, "top_k", 2, metric=metric, sample_values=values
+        )
+        assert kept_groups(mask) == [2, 4]
+        assert metrics["metric_mean_before"] == pytest.approx((2 + 0.5 + 3 + 1 + 4) / 5)
+        assert metrics["metric_mean_after"] == pytest.approx(3.5)
+    # include_zero=False still drops zero reward-spread groups, whatever the metric
+    mask, _ = filter_groups(SCORES, INDEX, "top_k", 5, False, metric="length", sample_values=values)
+    assert kept_groups(mask) == [1, 2, 4]
+
+
+def test_filter_metric_validation():
+    with pytest.raises(ValueError, match="sample_values"):
+        filter_groups(SCORES, INDEX, "top_p", 0.5, metric="entropy")
+    with pytest.raises(ValueError, match="reward_std"):
+        filter_groups(SCORES, INDEX, "top_p", 0.5, metric="variance")
+    with pytest.raises(ValueError, match="non-negative"):
+        filter_groups(SCORES - 3.0, INDEX, "nucleus", 0.5, metric="reward")
+    with pytest.raises(ValueError, match="min_p"):
+        filter_groups(SCORES, INDEX, "min_p", 1.5)
+    with pytest.raises(ValueError, match="threshold"):
+        filter_groups(SCORES, INDEX, "min_std", 0.5, metric="reward")
+    # no mass at all: nucleus keeps every group (nothing to prefer)
+    mask, _ = filter_groups([1.0, 1.0, 2.0, 2.0], [0, 0, 1, 1], "nucleus", 0.5)
+    assert mask.all()

@@ -191,3 +191,52 @@ def test_ragen_error_is_one_line_and_a_bug_keeps_its_traceback(capsys, monkeypat
     monkeypatch.setattr(config, "load_config", bug)
     with pytest.raises(KeyError, match="a genuine bug"):  # not swallowed into exit code 2
         main(["train"])
+
+
+def test_filter_metric_and_collapse_keys():
+    cfg = load_config(
+        [
+            "algo.filter.strategy=min_p",
+            "algo.filter.value=0.5",
+            "algo.filter.metric=entropy",
+            "trainer.on_collapse=rollback",
+            "trainer.rollback_change=[model.actor_lr=*0.5,algo.filter.value=0.25]",
+            "trainer.collapse.group_std_ratio=0.4",
+        ]
+    )
+    assert cfg.algo.filter.metric == "entropy" and cfg.trainer.on_collapse == "rollback"
+    assert cfg.trainer.collapse.group_std_ratio == 0.4
+    from ragen.trainer.config import apply_rollback_change
+
+    new, changed = apply_rollback_change(cfg, cfg.trainer.rollback_change)
+    assert changed == {"model.actor_lr": [1e-6, 5e-7], "algo.filter.value": [0.5, 0.25]}
+    assert new.model.actor_lr == 5e-7 and cfg.model.actor_lr == 1e-6  # a copy
+
+
+@pytest.mark.parametrize(
+    "overrides,expected",
+    [
+        (["algo.filter.metric=reward_variance"], "algo.filter.metric"),
+        (["algo.filter.strategy=nucleus", "algo.filter.value=1.5"], "algo.filter.value"),
+        (["trainer.collapse.entropy_ratio=1.5"], "trainer.collapse.entropy_ratio"),
+        (["trainer.collapse.grad_norm_spike=1"], "trainer.collapse.grad_norm_spike"),
+        (["trainer.max_rollbacks=-1"], "trainer.max_rollbacks"),
+        (["trainer.rollback_change=[algo.use_critic=false]"], "trainer.rollback_change"),
+    ],
+)
+def test_collapse_config_errors(overrides, expected):
+    with pytest.raises(ConfigError, match=expected.replace(".", r"\.")):
+        load_config(overrides)
+
+
+def test_rollback_change_is_dry_run_at_load():
+    # keeping 1 group of 16 x group_size leaves less than one minibatch of 128
+    overrides = [
+        "rollout.env_groups=16",
+        "rollout.group_size=8",
+        "algo.ppo_mini_batch_size=128",
+        "trainer.rollback_change=[algo.filter.value=0.05]",
+    ]
+    load_config(overrides)  # on_collapse=warn: the change is never applied
+    with pytest.raises(ConfigError, match="would make the config invalid.*ppo_mini_batch_size"):
+        load_config([*overrides, "trainer.on_collapse=rollback"])

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from ragen.errors import MissingDependencyError
-from ragen.trainer.metrics_logger import MetricsLogger, read_metrics
+from ragen.trainer.metrics_logger import MetricsLogger, read_events, read_metrics
 
 STEP_METRICS = {
     "rollout/success_rate": 0.25,
@@ -177,3 +177,26 @@ def test_wandb_missing_is_one_clear_error(tmp_path, monkeypatch):
     with pytest.raises(MissingDependencyError, match=r"pip install 'ragen\[wandb\]'"):
         quiet_logger(tmp_path, wandb={"project": "p", "mode": "offline"})
     quiet_logger(tmp_path, wandb={"mode": "disabled"}).close()  # disabled needs no wandb
+
+
+def test_events_share_metrics_jsonl_but_not_read_metrics(tmp_path):
+    with MetricsLogger(tmp_path, 3, console=False, tensorboard=False) as log:
+        log.log(1, {"x": 1.0})
+        ev = log.log_event(1, "collapse", signal="entropy", message="m", action="warn")
+        log.log(2, {"x": 2.0})
+        with pytest.raises(ValueError, match="reserved"):
+            log.log_event(2, "collapse", time=3)
+    assert ev["event"] == "collapse" and ev["step"] == 1
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2]
+    assert len(read_metrics(tmp_path, events=True)) == 3
+    (event,) = read_events(tmp_path, "collapse")
+    assert {k: event[k] for k in ("step", "event", "signal", "action")} == {
+        "step": 1,
+        "event": "collapse",
+        "signal": "entropy",
+        "action": "warn",
+    }
+    assert read_events(tmp_path, "rollback") == []
+    # a resume at step 1 keeps the event of step 1 and drops step 2
+    MetricsLogger(tmp_path, 3, console=False, tensorboard=False, start_step=1).close()
+    assert len(read_metrics(tmp_path, events=True)) == 2

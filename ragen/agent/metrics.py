@@ -31,6 +31,8 @@ reward/consistency       ``ragen.agent.reasoning_rewards``), rewarded or not
 reward/progress          mean over turns of the progress shaping ``w * (Phi(s') - Phi(s))``
                          (only with ``rollout.progress_reward > 0``)
 thought_words            words per turn in the thought (turns of a format with one)
+thought_distinct         distinct thoughts / thoughts over those turns (exact text match):
+                         the echo trap repeats one thought whatever the input
 =======================  ==========================================================
 """
 
@@ -153,4 +155,6 @@ def _reasoning_metrics(heads: Sequence[Trajectory]) -> dict[str, float]:
     with_thought = [turn for turn in turns if turn.format_ok and turn.thought]
     if with_thought:
         out["thought_words"] = _mean([len(turn.thought.split()) for turn in with_thought])
+        thoughts = [" ".join(turn.thought.split()) for turn in with_thought]
+        out["thought_distinct"] = len(set(thoughts)) / len(thoughts)
     return out

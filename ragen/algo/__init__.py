@@ -18,7 +18,7 @@ one submodule that defines it:
   logits      logprobs_from_logits, entropy_from_logits (memory-lean)
 """
 
-from ragen.algo.filtering import FILTER_STRATEGIES, filter_groups
+from ragen.algo.filtering import FILTER_METRICS, FILTER_STRATEGIES, filter_groups
 from ragen.algo.gae import (
     compute_bi_level_gae,
     compute_gae,
@@ -76,6 +76,7 @@ __all__ = [
     "METHODS",
     "filter_groups",
     "FILTER_STRATEGIES",
+    "FILTER_METRICS",
     "as_group_ids",
     "group_stats",
     "group_reward_std",

@@ -241,3 +241,22 @@ def padding_fraction(lengths: Sequence[int], batches: Sequence[Sequence[int]]) -
     real = sum(lengths[i] for b in batches for i in b)
     padded = sum(max(lengths[i] for i in b) * len(b) for b in batches if b)
     return 0.0 if padded == 0 else 1.0 - real / padded
+
+
+def filter_sample_values(trajectories: Sequence[Trajectory], metric: str) -> list[float] | None:
+    """The per-sample values the StarPO-S filter ranks groups by, ``(B,)`` (else ``None``).
+
+    * ``entropy``: the mean surprisal of the sampled tokens, ``-(1/|y|) sum_t log p(y_t)``
+      from the generation log-probs -- an unbiased estimate of the mean token entropy that
+      needs no extra forward pass (0 for a sample without response tokens);
+    * ``length``: the number of sampled tokens.
+    """
+    if metric == "entropy":
+        out = []
+        for tr in trajectories:
+            lps = [lp for lp, m in zip(tr.gen_logprobs, tr.response_mask) if m]
+            out.append(-sum(lps) / len(lps) if lps else 0.0)
+        return out
+    if metric == "length":
+        return [float(tr.num_response_tokens) for tr in trajectories]
+    return None

@@ -37,6 +37,7 @@ from omegaconf.errors import (
 from ragen.agent.rollout import RolloutConfig
 from ragen.cli_utils import nest_dotted, parse_value, split_key_value
 from ragen.errors import ConfigError, check_choice
+from ragen.trainer.collapse import CollapseConfig
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "configs"
 
@@ -47,6 +48,7 @@ __all__ = [
     "EnvSection",
     "RolloutConfig",
     "FilterConfig",
+    "CollapseConfig",
     "AlgoConfig",
     "TrainerSection",
     "TrainConfig",
@@ -109,9 +111,13 @@ class EnvSection:
 
 @dataclass
 class FilterConfig:
-    strategy: str = "top_p"  # top_p | top_k | min_std
+    # top_p | top_k | nucleus | min_p | threshold | min_std (ragen.algo.filtering)
+    strategy: str = "top_p"
     value: float = 1.0  # top_p: fraction of groups kept (1.0 = no filtering)
     include_zero: bool = True  # keep zero-variance groups when they rank high enough
+    # what groups are ranked by: reward_std | reward_var | reward | entropy | length
+    # (entropy: mean surprisal of the sampled tokens; length: response tokens)
+    metric: str = "reward_std"
 
 
 @dataclass
@@ -182,6 +188,19 @@ class TrainerSection:
     # stop with an error after this many consecutive steps that trained nothing (context
     # overflow on every episode, or a filter that keeps no group); 0 never stops
     max_consecutive_skipped_steps: int = 3
+    # echo-trap early warning (ragen.trainer.collapse): what a warning does
+    on_collapse: str = "warn"  # warn | stop | rollback
+    collapse: CollapseConfig = field(default_factory=CollapseConfig)
+    # rollback: the change applied after restoring the last checkpoint before the warning,
+    # "key=value" overrides; "key=*0.5" scales the current value (e.g. model.actor_lr=*0.5)
+    rollback_change: list[str] = field(default_factory=lambda: ["model.actor_lr=*0.5"])
+    max_rollbacks: int = 2  # after this many, a warning only warns
+    # which checkpoint a rollback restores: the last one saved before the warning step
+    # (warning), or before the step the warned signal began to decline (onset)
+    rollback_to: str = "warning"
+    # reasoning/cond_entropy and reasoning/mutual_info from n x n cross-prompt scoring of
+    # this many groups per step (0 disables; ragen.trainer.reasoning_stats)
+    reasoning_samples: int = 8
     console: bool = True
     tensorboard: bool = True
     wandb: bool = False
@@ -303,7 +322,7 @@ def _fail(key: str, problem: str, fix: str) -> None:
     raise ConfigError(f"{key}: {problem}. Fix: {fix}")
 
 
-def validate(cfg: TrainConfig) -> None:
+def validate(cfg: TrainConfig, rollback_dry_run: bool = True) -> None:
     """Reject a config that cannot run, naming the full key, the problem and the fix.
 
     Order: unknown values of enumerated keys, then ranges of single values (including
@@ -321,18 +340,28 @@ def validate(cfg: TrainConfig) -> None:
             f"checkpoint {t.resume!r} does not exist",
             "use auto, never, or an existing checkpoint folder",
         )
+    if rollback_dry_run and t.on_collapse == "rollback" and t.rollback_change:
+        # a change that makes the config invalid must fail now, not at the first warning
+        try:
+            apply_rollback_change(cfg, list(t.rollback_change))
+        except ConfigError as err:
+            raise ConfigError(
+                f"trainer.rollback_change {list(t.rollback_change)} would make the config "
+                f"invalid: {err}"
+            ) from None
 
 
 def _check_choices(cfg: TrainConfig) -> None:
     """Every enumerated key, against the names its consumer accepts."""
     from ragen import envs
-    from ragen.algo.filtering import FILTER_STRATEGIES
+    from ragen.algo.filtering import FILTER_METRICS, FILTER_STRATEGIES
     from ragen.algo.kl import KL_KINDS
     from ragen.algo.losses import LOSS_AGG_MODES
     from ragen.algo.normalize import GROUPINGS, METHODS
     from ragen.algo.registry import list_advantage_estimators
     from ragen.models.loading import DTYPE_CHOICES, check_device_spec
     from ragen.trainer.batching import ADVANTAGE_TOKENS, REWARD_PLACEMENTS, TURN_BASELINES
+    from ragen.trainer.collapse import ON_COLLAPSE, SIGNALS
     from ragen.trainer.metrics_logger import WANDB_MODES
 
     a = cfg.algo
@@ -344,6 +373,11 @@ def _check_choices(cfg: TrainConfig) -> None:
     check_choice("algo.norm_grouping", a.norm_grouping, GROUPINGS)
     check_choice("algo.kl_type", a.kl_type, KL_KINDS)
     check_choice("algo.filter.strategy", a.filter.strategy, FILTER_STRATEGIES)
+    check_choice("algo.filter.metric", a.filter.metric, FILTER_METRICS)
+    check_choice("trainer.on_collapse", cfg.trainer.on_collapse, ON_COLLAPSE)
+    check_choice("trainer.rollback_to", cfg.trainer.rollback_to, ("warning", "onset"))
+    for name in cfg.trainer.collapse.signals:
+        check_choice("trainer.collapse.signals", name, list(SIGNALS))
     check_choice("algo.turn_baseline", a.turn_baseline, TURN_BASELINES)
     check_choice("algo.advantage_tokens", a.advantage_tokens, ADVANTAGE_TOKENS)
     check_choice("algo.reward_placement", a.reward_placement, REWARD_PLACEMENTS)
@@ -395,6 +429,9 @@ def _check_ranges(cfg: TrainConfig) -> None:
         ("trainer.val_every", t.val_every),
         ("trainer.max_consecutive_skipped_steps", t.max_consecutive_skipped_steps),
         ("trainer.log_trajectories_every", t.log_trajectories_every),
+        ("trainer.max_rollbacks", t.max_rollbacks),
+        ("trainer.reasoning_samples", t.reasoning_samples),
+        ("trainer.collapse.min_steps", t.collapse.min_steps),
         ("model.warmup_steps", m.warmup_steps),
         ("model.lora.rank", m.lora.rank),
     ):
@@ -433,12 +470,130 @@ def _check_ranges(cfg: TrainConfig) -> None:
             f"top_p keeps a fraction in (0, 1], got {a.filter.value}",
             "e.g. 0.25 (1.0 keeps every group)",
         )
+    if a.filter.strategy in ("nucleus", "min_p") and not (
+        0 < a.filter.value <= 1 if a.filter.strategy == "nucleus" else 0 <= a.filter.value <= 1
+    ):
+        _fail(
+            "algo.filter.value",
+            f"{a.filter.strategy} takes a share of the metric in (0, 1], got {a.filter.value}",
+            "e.g. algo.filter.value=0.5",
+        )
+    _check_collapse(t)
     if a.filter.strategy == "top_k" and a.filter.value < 1:
         _fail(
             "algo.filter.value",
             f"top_k keeps a number of groups >= 1, got {a.filter.value}",
             "e.g. algo.filter.value=4",
         )
+
+
+def _check_collapse(t: TrainerSection) -> None:
+    c = t.collapse
+    if c.window < 1 or c.grad_norm_history < 1:
+        _fail("trainer.collapse.window", "windows must be >= 1", "e.g. window=3")
+    for key in ("group_std_ratio", "entropy_ratio", "thought_diversity_ratio", "mutual_info_ratio"):
+        value = getattr(c, key)
+        if not 0 < value < 1:
+            _fail(
+                f"trainer.collapse.{key}",
+                f"a drop ratio must be in (0, 1), got {value}",
+                "e.g. 0.5 (fire at half the peak); drop the signal from trainer.collapse.signals to turn it off",
+            )
+    if c.grad_norm_spike <= 1:
+        _fail(
+            "trainer.collapse.grad_norm_spike", f"must exceed 1, got {c.grad_norm_spike}", "e.g. 8"
+        )
+    if c.format_error_rise <= 0 or c.min_drop < 0:
+        _fail(
+            "trainer.collapse",
+            "format_error_rise must be > 0 and min_drop >= 0",
+            "see docs/TRAINING.md",
+        )
+    parse_rollback_change(t.rollback_change)
+
+
+# keys a rollback may change mid-run: read afresh every step (the construction-time keys,
+# e.g. algo.use_critic or rollout.group_size, would need new models or env managers)
+ROLLBACK_KEYS = (
+    "model.actor_lr",
+    "model.critic_lr",
+    "rollout.temperature",
+    "algo.filter.strategy",
+    "algo.filter.value",
+    "algo.filter.metric",
+    "algo.filter.include_zero",
+    "algo.adv_estimator",
+    "algo.norm_method",
+    "algo.norm_grouping",
+    "algo.loss_agg_mode",
+    "algo.whiten_advantages",
+    "algo.clip_ratio_low",
+    "algo.clip_ratio_high",
+    "algo.entropy_coef",
+    "algo.grad_clip",
+    "algo.ppo_epochs",
+)
+
+
+def parse_rollback_change(items: list[str]) -> list[tuple[str, str, Any]]:
+    """``["model.actor_lr=*0.5", "algo.filter.value=0.25"]`` -> ``[(key, op, value)]``
+    with op ``"set"`` or ``"scale"`` (a ``*F`` value multiplies the current one)."""
+    out = []
+    for item in items:
+        key, raw = split_key_value(
+            str(item), "a rollback change (e.g. model.actor_lr=*0.5)", ConfigError
+        )
+        if key not in ROLLBACK_KEYS:
+            close = difflib.get_close_matches(key, ROLLBACK_KEYS, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            _fail(
+                "trainer.rollback_change",
+                f"{key!r} cannot change mid-run.{hint}",
+                f"use one of {', '.join(ROLLBACK_KEYS)}",
+            )
+        if raw.startswith("*"):
+            try:
+                factor = float(raw[1:])
+            except ValueError:
+                factor = float("nan")
+            if not factor > 0:
+                _fail(
+                    "trainer.rollback_change",
+                    f"{item!r}: a scale must be *<positive number>",
+                    "e.g. *0.5",
+                )
+            out.append((key, "scale", factor))
+        else:
+            out.append((key, "set", parse_value(raw)))
+    return out
+
+
+def apply_rollback_change(
+    cfg: TrainConfig, items: list[str]
+) -> tuple[TrainConfig, dict[str, list]]:
+    """A validated copy of ``cfg`` with ``items`` applied, and ``{key: [old, new]}``."""
+    import copy
+
+    new = copy.deepcopy(cfg)
+    changed: dict[str, list] = {}
+    for key, op, value in parse_rollback_change(items):
+        *path, leaf = key.split(".")
+        node = new
+        for part in path:
+            node = getattr(node, part)
+        old = getattr(node, leaf)
+        if op == "scale":
+            if isinstance(old, bool) or not isinstance(old, (int, float)):
+                _fail(
+                    "trainer.rollback_change",
+                    f"{key} is not a number and cannot be scaled",
+                    "use key=value",
+                )
+            value = type(old)(old * value)
+        setattr(node, leaf, value)
+        changed[key] = [old, value]
+    validate(new, rollback_dry_run=False)
+    return new, changed
 
 
 def _check_combinations(cfg: TrainConfig) -> None:
@@ -498,7 +653,7 @@ def _check_combinations(cfg: TrainConfig) -> None:
     elif a.filter.strategy == "top_k":
         kept_groups = min(int(a.filter.value), r.env_groups)
     kept = kept_groups * r.group_size * (r.max_turns if r.context_window is not None else 1)
-    if a.filter.strategy != "min_std" and kept < a.ppo_mini_batch_size:
+    if a.filter.strategy in ("top_p", "top_k") and kept < a.ppo_mini_batch_size:
         _fail(
             "algo.ppo_mini_batch_size",
             f"the filter keeps {kept} trajectories per step ({kept_groups} of {r.env_groups} groups x "

@@ -4,6 +4,9 @@ Files in the run folder::
 
     metrics.jsonl                one JSON object per ``log()`` call:
                                  {"step": 12, "time": 1718000000.123, "rollout/success_rate": 0.25, ...}
+                                 and one per ``log_event()`` call (an ``"event"`` key marks it):
+                                 {"step": 17, "time": ..., "event": "collapse",
+                                  "signal": "group_reward_std", "message": "...", "action": "warn"}
     tensorboard/                 TensorBoard event files (scalars named like ``val/success_rate``)
     trajectories/step_000012.jsonl   one JSON object per trajectory record
     trajectories/val_step_000012.jsonl   the same for the validation rollout of that step
@@ -18,6 +21,10 @@ Conventions (read by :func:`read_metrics`, the plots and the HTML report):
   them would leave duplicates), as are ``trajectories/step_*.jsonl`` files after
   ``start_step``; TensorBoard purges its events after ``start_step`` too. For a fresh
   run (``start_step=0``) this clears stale metrics left in the folder.
+* Events (``"event"`` key, e.g. the collapse warnings of ``ragen.trainer.collapse``)
+  share the file with the per-step metrics so one file tells the whole story;
+  :func:`read_metrics` leaves them out (every plot reads it) and :func:`read_events`
+  returns only them. They follow the same resume truncation as metrics lines.
 * Non-finite values: JSON has no NaN/Infinity, so NaN, +inf and -inf are written as
   ``null``; :func:`read_metrics` turns ``null`` back into ``float("nan")``. TensorBoard
   and W&B receive the raw value.
@@ -43,6 +50,7 @@ TRAJECTORY_DIR = "trajectories"
 TENSORBOARD_DIR = "tensorboard"
 WANDB_ID_FILE = "wandb_run_id.txt"
 _RESERVED = ("step", "time")
+EVENT_KEY = "event"  # marks a line of metrics.jsonl as an event, not a step's metrics
 # training (step_N) and validation (val_step_N) trajectory files
 _TRAJ_FILE = re.compile(r"^(?:val_)?step_(\d+)\.jsonl$")
 TRAJECTORY_KINDS = ("step", "val_step")
@@ -163,6 +171,25 @@ class MetricsLogger:
         self._last_log_time, self._last_step = now, step
         if self._progress is not None or self._console is not None:
             self._update_console(step, values, now, step_seconds)
+
+    def log_event(self, step: int, event: str, **fields: Any) -> dict[str, Any]:
+        """Append an event line to ``metrics.jsonl`` and print it; return the record.
+
+        ``{"step": step, "time": ..., "event": event, **fields}``; ``fields`` must be
+        JSON-able (strings, numbers, lists, dicts). Events are not sent to TensorBoard or
+        W&B (they are not scalars) and :func:`read_metrics` skips them.
+        """
+        self._check_open()
+        if not isinstance(step, int) or isinstance(step, bool):
+            raise TypeError(f"step must be an int, got {type(step).__name__}")
+        clash = set(fields) & {*_RESERVED, EVENT_KEY}
+        if clash:
+            raise ValueError(f"event fields {sorted(clash)} are reserved")
+        record = {"step": step, "time": round(time.time(), 3), EVENT_KEY: str(event)}
+        record.update(_jsonable(dict(fields)))
+        self._metrics_file.write(json.dumps(record, allow_nan=False) + "\n")
+        self._metrics_file.flush()
+        return record
 
     def log_trajectories(self, step: int, records: list[Any], kind: str = "step") -> Path:
         """Write ``run_dir/trajectories/<kind>_XXXXXX.jsonl`` (one record per line) and return it.
@@ -292,12 +319,28 @@ class _Line:
 
 
 # ------------------------------------------------------------------------------- reading
-def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    """All records of ``run_dir/metrics.jsonl`` (or of that file itself), in file order.
+def read_metrics(run_dir: str | Path, events: bool = False) -> list[dict[str, Any]]:
+    """The per-step records of ``run_dir/metrics.jsonl`` (or of that file), in file order.
 
     ``null`` values (non-finite when logged) come back as ``float("nan")``. A truncated
     last line (a crash mid-write) is skipped; any other unreadable line is an error.
+    Event lines (with an ``"event"`` key, see :meth:`MetricsLogger.log_event`) are left
+    out unless ``events=True``, which returns every line.
     """
+    records = _read_lines(run_dir)
+    return records if events else [r for r in records if EVENT_KEY not in r]
+
+
+def read_events(run_dir: str | Path, event: str | None = None) -> list[dict[str, Any]]:
+    """Only the event lines of ``metrics.jsonl`` (of kind ``event`` if given), in file order."""
+    return [
+        r
+        for r in _read_lines(run_dir)
+        if EVENT_KEY in r and (event is None or r[EVENT_KEY] == event)
+    ]
+
+
+def _read_lines(run_dir: str | Path) -> list[dict[str, Any]]:
     path = Path(run_dir)
     if path.is_dir():
         path = path / METRICS_FILE

@@ -8,7 +8,11 @@ One step, top to bottom (docs/ARCHITECTURE.md draws it as data)::
       -> old log-probs (recomputed by the training model) [-> reference log-probs if KL]
       -> values (critic) -> advantages (registered estimator)
       -> ppo_epochs x minibatches, each micro-batched by a token budget (grad accumulation)
-      -> critic update -> metrics -> periodic validation -> checkpoint
+      -> critic update -> metrics -> periodic validation
+      -> collapse detector (warn | stop | rollback, ragen.trainer.collapse_guard) -> checkpoint
+
+Before the filter, ``trainer.reasoning_samples`` groups' thoughts are cross-scored under
+each other's prompts (``reasoning/cond_entropy``, ``reasoning/mutual_info``).
 
 Every tensor is (B, T) over the training sequence and aligned to token positions:
 ``log_prob[:, t] = log p(input_ids[:, t] | input_ids[:, <t])`` and ``values[:, t]`` is the
@@ -44,6 +48,7 @@ from .batching import (
     TrainingBatch,
     baseline_groups,
     collate,
+    filter_sample_values,
     micro_batches,
     padding_fraction,
     place_rewards,
@@ -134,24 +139,32 @@ class StarPOTrainer:
         self._build_models()
         self._build_rollout()
         from .checkpoint import CheckpointManager
-        from .metrics_logger import MetricsLogger
 
         self.checkpoints = CheckpointManager(self.run_dir, keep_last=t.keep_last)
         self.start_step = self._maybe_resume()
         (self.run_dir / "config.yaml").write_text(to_yaml(cfg))
+        self.logger = self._open_logger(self.start_step)
+        from .collapse_guard import CollapseGuard
+
+        self.collapse_guard = CollapseGuard(self)  # echo-trap warnings, trainer.on_collapse
+
+    def _open_logger(self, start_step: int):
+        from .metrics_logger import MetricsLogger
+
+        t = self.cfg.trainer
         wandb = (
             {"project": t.wandb_project, "mode": t.wandb_mode, "name": self.run_name}
             if t.wandb
             else None
         )
-        self.logger = MetricsLogger(
+        return MetricsLogger(
             self.run_dir,
             t.total_steps,
             console=t.console,
             tensorboard=t.tensorboard,
             wandb=wandb,
-            config=to_dict(cfg),
-            start_step=self.start_step,
+            config=to_dict(self.cfg),
+            start_step=start_step,
         )
 
     # -- construction ----------------------------------------------------------------
@@ -297,9 +310,12 @@ class StarPOTrainer:
     def train(self) -> list[dict[str, float]]:
         """Run steps ``start_step+1 .. total_steps``; return each step's metrics.
 
-        Stops early with a :class:`ConfigError` after
-        ``trainer.max_consecutive_skipped_steps`` steps in a row that trained nothing,
-        and with :class:`TrainingInterrupted` after SIGINT/SIGTERM: the step in
+        Stops early: with a :class:`ConfigError` after
+        ``trainer.max_consecutive_skipped_steps`` steps in a row that trained nothing;
+        normally (the step saved) after a collapse warning with
+        ``trainer.on_collapse=stop`` (with ``rollback`` it goes back to a checkpoint and
+        continues, ``ragen.trainer.collapse_guard``); and with
+        :class:`TrainingInterrupted` after SIGINT/SIGTERM: the step in
         progress is abandoned if its update has not begun (else finished), the last
         completed step is saved unless it already is, and the message holds the command
         that resumes the run.
@@ -312,9 +328,13 @@ class StarPOTrainer:
         self._trained_since_save = False
         skipped_in_row = 0
         stop_note = ""
+        if t.on_collapse == "rollback" and self.start_step == 0 and not self.checkpoints.list():
+            self.save_checkpoint(0)  # somewhere to roll back to before the first save
         with self.signals.installed():
             try:
-                for step in range(self.start_step, t.total_steps):
+                step = self.start_step - 1
+                while step + 1 < t.total_steps:
+                    step += 1
                     if self.signals.signum is not None:
                         break
                     try:
@@ -326,8 +346,18 @@ class StarPOTrainer:
                     done = step + 1
                     if t.val_every and (done % t.val_every == 0 or done == t.total_steps):
                         metrics.update(self.validate(step))
+                    warnings = self.collapse_guard.observe(done, metrics)
                     self.logger.log(done, metrics)
                     history.append(metrics)
+                    action = self.collapse_guard.act(done, warnings)
+                    if action == "stop":
+                        self._trained_since_save |= self._step_trained
+                        self._save_if_trained(done)
+                        break
+                    if isinstance(action, int):  # rolled back to checkpoint `action`
+                        history = history[: max(action - self.start_step, 0)]
+                        step, skipped_in_row = action - 1, 0
+                        continue
                     trained = self._step_trained
                     self._trained_since_save |= trained
                     skipped_in_row = 0 if trained else skipped_in_row + 1
@@ -455,6 +485,12 @@ class StarPOTrainer:
         # token-exactness checks of the context: both should stay 0 (docs/ROLLOUT.md)
         for key in ("context_inexact", "context_fallbacks"):
             metrics[f"rollout/{key}"] = float(result.stats.get(key, 0.0))
+        if t.reasoning_samples:
+            # reasoning/cond_entropy, reasoning/mutual_info: does the thought still depend
+            # on the prompt? (one extra forward pass, ragen.trainer.reasoning_stats)
+            tic = time.perf_counter()
+            metrics.update(self.reasoning_stats(trajectories, step))
+            timing["timing/reasoning_stats"] = time.perf_counter() - tic
 
         # StarPO-S filter on RAW episode scores (never on normalized ones: docs/ARCHITECTURE.md, "Pitfalls")
         tic = time.perf_counter()
@@ -467,6 +503,8 @@ class StarPOTrainer:
             strategy=a.filter.strategy,
             value=a.filter.value,
             include_zero=a.filter.include_zero,
+            metric=a.filter.metric,
+            sample_values=filter_sample_values(trajectories, a.filter.metric),
         )
         metrics.update({f"filter/{k}": float(v) for k, v in filter_metrics.items()})
         # An episode whose very first prompt overflowed max_model_len has no tokens to train.
@@ -544,6 +582,21 @@ class StarPOTrainer:
             trajectories, keep=keep, advantages=advantages, max_episodes=t.log_trajectories_max
         )
         self.logger.log_trajectories(step + 1, records)
+
+    def reasoning_stats(self, trajectories: list[Trajectory], step: int) -> dict[str, float]:
+        from .reasoning_stats import reasoning_stats
+
+        with self.autocast:
+            return reasoning_stats(
+                self.actor,
+                self.tokenizer,
+                trajectories,
+                self.cfg.trainer.reasoning_samples,
+                self.pad_id,
+                self.cfg.rollout.temperature,
+                self.device,
+                seed=derive_seed(self.cfg.trainer.seed, "reasoning_stats", step),
+            )
 
     # -- batch preparation -----------------------------------------------------------
     def prepare_batch(self, trajectories: list[Trajectory]) -> TrainingBatch:

@@ -167,7 +167,7 @@ def read_metrics_and_events(path: Path) -> tuple[list[dict], list[dict]]:
 
     rows: dict[int, dict] = {}
     events = []
-    for record in read_metrics(path):
+    for record in read_metrics(path, events=True):
         if "event" in record:
             events.append(record)
         elif isinstance(record.get("step"), (int, float)):
