@@ -53,8 +53,11 @@ def test_entropy_mutual_info_and_thought_diversity_drops():
     seq = [1.0] * 5 + [0.2] * 5
     assert _run("actor/entropy", seq)[0] == [(7, "entropy")]
     assert _run("rollout/thought_distinct", seq)[0] == [(7, "thought_diversity")]
-    # mutual_info fires at 30% of its peak (3-step mean 0.2/1 at step 8 ... < 0.3)
-    assert _run("reasoning/mutual_info", seq)[0] == [(8, "mutual_info")]
+    # mutual_info is off by default (unmeasured threshold); listed, it fires at 30% of
+    # its peak (3-step mean 0.2/1 at step 8 ... < 0.3)
+    assert _run("reasoning/mutual_info", seq)[0] == []
+    signals = ["mutual_info"]
+    assert _run("reasoning/mutual_info", seq, signals=signals)[0] == [(8, "mutual_info")]
 
 
 def test_grad_norm_spike():
