@@ -231,3 +231,31 @@ def tiny_tokenizer(chat_format: str = "chatml") -> Any:
     from ragen.models.tiny import build_tokenizer
 
     return build_tokenizer(chat_format)
+
+
+def short_train_args(
+    model_dir: Any, run_dir: Any, *extra: str, max_new_tokens: int = 12
+) -> list[str]:
+    """``ragen train`` arguments for a 2-step StarPO-S Sokoban run of a tiny model (2
+    groups x 2, 2 turns, validation and a checkpoint at step 2); ``extra`` overrides
+    come after the defaults, so they win."""
+    return [
+        "train",
+        "env=sokoban",
+        "algo=starpo-s",
+        f"model.path={model_dir}",
+        "rollout.env_groups=2",
+        "rollout.group_size=2",
+        "rollout.max_turns=2",
+        f"rollout.max_new_tokens={max_new_tokens}",
+        "rollout.max_model_len=1024",
+        "algo.ppo_mini_batch_size=2",
+        "algo.filter.value=0.5",
+        "trainer.total_steps=2",
+        "trainer.val_every=2",
+        "trainer.val_groups=2",
+        "trainer.save_every=2",
+        "trainer.console=false",
+        f"trainer.run_dir={run_dir}",
+        *extra,
+    ]

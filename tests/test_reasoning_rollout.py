@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from fakes import ScriptedEngine, tiny_tokenizer
+from fakes import ScriptedEngine, short_train_args, tiny_tokenizer
 
 from ragen.agent.env_manager import EnvStateManager
 from ragen.agent.policies import ModelPolicy, OraclePolicy, RandomPolicy
@@ -170,27 +170,13 @@ def test_training_logs_the_three_reasoning_rewards(tiny_model_dir, tmp_path):
     from ragen.cli import main
 
     run = tmp_path / "run"
-    args = [
-        "train",
-        "env=sokoban",
-        "algo=starpo-s",
-        f"model.path={tiny_model_dir}",
+    args = short_train_args(
+        tiny_model_dir,
+        run,
         "rollout.reasoning=grounding_world_modeling",
         "rollout.grounding_reward=0.1",
-        "rollout.env_groups=2",
-        "rollout.group_size=2",
-        "rollout.max_turns=2",
-        "rollout.max_new_tokens=16",
-        "rollout.max_model_len=1024",
-        "algo.ppo_mini_batch_size=2",
-        "algo.filter.value=0.5",
-        "trainer.total_steps=2",
-        "trainer.val_every=2",
-        "trainer.val_groups=2",
-        "trainer.save_every=2",
-        "trainer.console=false",
-        f"trainer.run_dir={run}",
-    ]
+        max_new_tokens=16,
+    )
     assert main(args) == 0
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in rows if "reward/grounding" in r]

@@ -10,6 +10,7 @@ import os
 import shutil
 
 import pytest
+from fakes import short_train_args
 
 from ragen.cli import main
 from ragen.viewer import build_site
@@ -83,25 +84,7 @@ def test_overview_step_trajectory_in_chromium(chrome, tiny_model_dir, tmp_path):
     from selenium.webdriver.common.by import By
 
     run = tmp_path / "run"
-    args = [
-        "train",
-        "env=sokoban",
-        "algo=starpo-s",
-        f"model.path={tiny_model_dir}",
-        "rollout.env_groups=2",
-        "rollout.group_size=2",
-        "rollout.max_turns=2",
-        "rollout.max_new_tokens=12",
-        "rollout.max_model_len=1024",
-        "algo.ppo_mini_batch_size=2",
-        "algo.filter.value=0.5",
-        "trainer.total_steps=2",
-        "trainer.val_every=2",
-        "trainer.val_groups=2",
-        "trainer.save_every=2",
-        "trainer.console=false",
-        f"trainer.run_dir={run}",
-    ]
+    args = short_train_args(tiny_model_dir, run)
     assert main(args) == 0
     index = build_site(run, tmp_path / "site")
     chrome.get(index.resolve().as_uri())
