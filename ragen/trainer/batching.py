@@ -41,6 +41,8 @@ class TrainingBatch:
     advantage_mask         prepare   tokens the masked_gae recursion runs over (M_adv)
     old_log_prob           old-lp    log-probs of the training model before the update
     ref_log_prob           old-lp    reference-model log-probs (KL on only)
+    old_entropy            old-lp    entropy of the model before the update (only with
+                                     algo.pg_min_entropy > 0)
     values                 critic    V(prefix before token t), 0 off the response
     final_values           critic    (B,) V(the whole row): the bootstrap value
     token_level_rewards    adv       scores minus the in-reward KL penalty
@@ -60,6 +62,7 @@ class TrainingBatch:
     advantage_mask: Tensor | None = None
     old_log_prob: Tensor | None = None
     ref_log_prob: Tensor | None = None
+    old_entropy: Tensor | None = None
     values: Tensor | None = None
     final_values: Tensor | None = None
     token_level_rewards: Tensor | None = None
@@ -210,6 +213,26 @@ def place_rewards(
         else:
             raise ValueError(f"unknown reward placement {placement!r}: use trajectory or turn")
     return rewards
+
+
+def mask_certain_tokens(batch: TrainingBatch, min_entropy: float) -> dict[str, float]:
+    """Zero the advantages of response tokens the behaviour policy was nearly certain of.
+
+    ``batch.advantages`` (B, T) *= ``old_entropy >= min_entropy`` on the response tokens
+    (``algo.pg_min_entropy``). Why: a reply template's tokens (tags, the words around the
+    decision) have p ~ 1 and entropy ~ 0; in a batch of mostly failed episodes they carry
+    negative advantages, and although each gradient ``(1 - p)`` is tiny, Adam scales small
+    consistent gradients up to full steps, until the template breaks (docs/RESULTS.md).
+    Only the "forking" tokens, where the policy actually chooses, take the policy
+    gradient. Returns ``actor/pg_token_frac``, the share of response tokens kept.
+    """
+    if batch.old_entropy is None or batch.advantages is None:
+        raise ValueError("mask_certain_tokens needs old_entropy and advantages on the batch")
+    mask = batch.response_mask > 0
+    keep = (batch.old_entropy >= min_entropy) & mask
+    batch.advantages = batch.advantages * keep.to(batch.advantages.dtype)
+    kept = float(keep.sum()) / max(float(mask.sum()), 1.0)
+    return {"actor/pg_token_frac": kept}
 
 
 def token_budget_micro_batches(lengths: Sequence[int], token_budget: int) -> list[list[int]]:

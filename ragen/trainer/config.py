@@ -166,6 +166,12 @@ class AlgoConfig:
     budget_is_terminal: bool = True
     # tokens the GAE recursion of masked_gae runs over (M_adv): response | response_and_turn_end
     advantage_tokens: str = "response"
+    # policy gradient only on "forking" tokens: a response token whose entropy under the
+    # behaviour policy (the model before the update, at the rollout temperature) is
+    # below this many nats gets advantage 0 (its entropy bonus and KL still apply).
+    # 0 = every token. Near-certain template tokens then take no push from the
+    # advantages (cf. Wang et al. 2025, "Beyond the 80/20 rule"; docs/ALGORITHMS.md)
+    pg_min_entropy: float = 0.0
 
 
 @dataclass
@@ -458,6 +464,12 @@ def _check_ranges(cfg: TrainConfig) -> None:
         value = getattr(a, key)
         if not 0 <= value <= 1:
             _fail(f"algo.{key}", f"must be in [0, 1], got {value}", "1.0 is no discounting")
+    if not 0 <= a.pg_min_entropy < float("inf"):  # also NaN
+        _fail(
+            "algo.pg_min_entropy",
+            f"must be a finite number >= 0 (nats), got {a.pg_min_entropy}",
+            "0 trains every token; e.g. 0.1 leaves near-certain template tokens out",
+        )
     for key in ("kl_coef", "entropy_coef", "clip_ratio_low", "clip_ratio_high", "value_clip"):
         value = getattr(a, key)
         if value < 0:

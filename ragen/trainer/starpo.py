@@ -49,6 +49,7 @@ from .batching import (
     baseline_groups,
     collate,
     filter_sample_values,
+    mask_certain_tokens,
     micro_batches,
     padding_fraction,
     place_rewards,
@@ -537,6 +538,8 @@ class StarPOTrainer:
         if self.critic is not None:
             self.compute_values(batch)
         self.compute_advantages(batch, metrics)
+        if a.pg_min_entropy > 0:
+            metrics.update(mask_certain_tokens(batch, a.pg_min_entropy))
         timing["timing/advantage"] = time.perf_counter() - tic
         self._log_trajectories(step, trajectories, keep.tolist(), kept, batch)
 
@@ -641,17 +644,26 @@ class StarPOTrainer:
         temperature = self.cfg.rollout.temperature
         old = torch.zeros_like(batch.response_mask)
         ref = torch.zeros_like(old) if self.cfg.algo.kl_coef > 0 else None
+        want_entropy = self.cfg.algo.pg_min_entropy > 0
+        ent = torch.zeros_like(old) if want_entropy else None
         self.actor.eval()
         for rows, mb in self._micro_batches(batch):
             L = mb.input_ids.shape[1]
             with self.autocast:
-                lp, _ = token_log_probs(
-                    self.actor, mb.input_ids, mb.attention_mask, temperature, mb.response_mask
+                lp, h = token_log_probs(
+                    self.actor,
+                    mb.input_ids,
+                    mb.attention_mask,
+                    temperature,
+                    mb.response_mask,
+                    with_entropy=want_entropy,
                 )
                 old[rows, :L] = lp
+                if ent is not None:
+                    ent[rows, :L] = h
                 if ref is not None:
                     ref[rows, :L] = self._ref_log_probs(mb, temperature)
-        batch.old_log_prob, batch.ref_log_prob = old, ref
+        batch.old_log_prob, batch.ref_log_prob, batch.old_entropy = old, ref, ent
         mask = batch.response_mask
         diff = (old - batch.gen_log_prob).abs()
         # Generation and training use the same weights; a gap here means a numerical or
