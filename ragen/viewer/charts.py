@@ -66,8 +66,12 @@ def panel(title: str, series: dict[str, list[tuple[float, float]]], events) -> s
     y0, y1 = min(ys), max(ys)
     if x1 == x0:
         x0, x1 = x0 - 1, x1 + 1
-    if y1 == y0:
-        y0, y1 = y0 - (abs(y0) or 1) * 0.1, y1 + (abs(y1) or 1) * 0.1
+    # a span under 5% of the values' size is drawn as +-5% around them: auto-scaling a
+    # flat curve (entropy 0.095-0.096, a share of 0.99-1.0) would paint noise as a trend
+    min_span = 0.05 * max(abs(y0), abs(y1)) or 0.1  # all zero: +-0.05
+    if y1 - y0 < min_span:
+        mid = (y0 + y1) / 2
+        y0, y1 = mid - min_span / 2, mid + min_span / 2
     pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM
 
     def px(x: float) -> float:
