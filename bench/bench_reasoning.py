@@ -159,13 +159,15 @@ def run_job(
     return result
 
 
-def _fmt(values: list[float], scale: float = 100.0, unit: str = "%") -> str:
+def _fmt(values: list[float], scale: float = 100.0, unit: str = "%", signed: bool = False) -> str:
+    """``mean ± std`` over seeds (the mean alone for one seed); ``signed`` shows a + on gains."""
     if not values:
         return "—"
     mean = scale * statistics.mean(values)
+    text = f"{mean:+.1f}" if signed else f"{mean:.1f}"
     if len(values) == 1:
-        return f"{mean:.1f}{unit}"
-    return f"{mean:.1f} ± {scale * statistics.stdev(values):.1f}{unit}"
+        return f"{text}{unit}"
+    return f"{text} ± {scale * statistics.stdev(values):.1f}{unit}"
 
 
 def table(results: dict[str, Any], variants: list[str]) -> str:

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.bench_reasoning import _curves, _evaluate, _Run
+from bench.bench_reasoning import _curves, _evaluate, _fmt, _Run
 from ragen.demo import BUDGETS, Budget, exit_with_parent
 
 
@@ -102,19 +102,6 @@ def _worker(warm, out, budget, env, fmt, seed, variant, parent):
     return run_job(warm, out, budget, env, fmt, seed, variant)
 
 
-def _fmt(values: list[float], unit: str = "%") -> str:
-    if not values:
-        return "—"
-    mean = 100 * statistics.mean(values)
-    if len(values) == 1:
-        return f"{mean:+.1f}{unit}" if unit == " pts" else f"{mean:.1f}{unit}"
-    return (
-        f"{mean:+.1f} ± {100 * statistics.stdev(values):.1f}{unit}"
-        if unit == " pts"
-        else (f"{mean:.1f} ± {100 * statistics.stdev(values):.1f}{unit}")
-    )
-
-
 def table(results: dict[str, Any], warm: dict[str, Any]) -> str:
     """Markdown: per env x format x variant, after RL and the paired gain over the warm
     start, with per-seed values, and the last-10-step training success."""
@@ -146,7 +133,7 @@ def table(results: dict[str, Any], warm: dict[str, Any]) -> str:
                 )
         lines.append(
             f"| {env} | {fmt} | {variant} | {rows[0][variant]['steps']} | {_fmt(base)} | {_fmt(after)} | "
-            f"{_fmt([a - w for a, w in zip(after, base)], unit=' pts')} | {per_seed} | {'; '.join(train)} |"
+            f"{_fmt([a - w for a, w in zip(after, base)], unit=' pts', signed=True)} | {per_seed} | {'; '.join(train)} |"
         )
     return "\n".join(lines)
 
