@@ -93,3 +93,29 @@ register(
     scramble_depth=11,
     max_steps=30,
 )
+
+# -- TextArena's single-player games (optional: ragen[textarena]) -------------------------------
+_TEXTARENA = "ragen.envs.textarena_adapter:TextArenaEnv"
+register(
+    "textarena",
+    _TEXTARENA,
+    "Any single-player TextArena game by id (game=Wordle-v0); needs ragen[textarena]",
+)
+register(
+    "ta_tower_of_hanoi",
+    _TEXTARENA,
+    "TextArena Tower of Hanoi, 3 disks, 14 moves; needs ragen[textarena]",
+    game="TowerOfHanoi-v0",
+)
+register(
+    "ta_guess_the_number",
+    _TEXTARENA,
+    "TextArena Guess the Number, 1-20 in 10 guesses; needs ragen[textarena]",
+    game="GuessTheNumber-v0",
+)
+register(
+    "ta_mastermind",
+    _TEXTARENA,
+    "TextArena Mastermind, 4 digits of 1-6 without repeats, 20 guesses; needs ragen[textarena]",
+    game="Mastermind-v0",
+)
