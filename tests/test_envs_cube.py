@@ -101,9 +101,10 @@ def test_truncation_and_check_env():
 
 
 def test_expert_data_for_sft():
+    from fakes import tiny_tokenizer
+
     from ragen.agent.rollout import RolloutConfig
     from ragen.sft.trainer import SFTConfig, make_expert_data
-    from tests.fakes import tiny_tokenizer
 
     data = make_expert_data(
         tiny_tokenizer(), SFTConfig(env="cube2x2", episodes=3, rollout=RolloutConfig())

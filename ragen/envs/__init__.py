@@ -119,3 +119,10 @@ register(
     "TextArena Mastermind, 4 digits of 1-6 without repeats, 20 guesses; needs ragen[textarena]",
     game="Mastermind-v0",
 )
+
+# -- an environment served over HTTP (`ragen serve-env NAME`) -----------------------------------
+register(
+    "remote",
+    "ragen.envs.remote:RemoteEnv",
+    "An environment served over HTTP by `ragen serve-env NAME` (url=http://HOST:PORT)",
+)
