@@ -317,3 +317,12 @@ def test_train_and_eval_against_a_served_env(tiny_model_dir, tmp_path):
         ]
         assert len(episodes) == 2
         assert server.service.health()["episodes"] > 0
+
+
+def test_the_remote_env_needs_a_url():
+    from ragen.errors import EnvConfigError
+
+    with pytest.raises(EnvConfigError, match=r"env.config.url=http://HOST:PORT"):
+        make("remote")
+    with pytest.raises(ValueError, match="not an HTTP address"):
+        make("remote", url="localhost:8765")

@@ -189,20 +189,23 @@ def solver_summary(
     """Oracle (built-in solver) vs uniformly random policy on each env.
 
     Each policy plays ``episodes`` episodes on seeds ``seed, seed+1, ...`` (at most
-    ``max_steps`` steps). Envs whose optional dependency is missing are skipped.
+    ``max_steps`` steps). Envs whose optional dependency is missing, or that cannot be built
+    without config (``remote`` needs a url), are skipped.
 
     Returns:
         One dict per env: ``env``, ``episodes``, and for ``p`` in (``oracle``, ``random``):
         ``{p}_success`` (rate in [0, 1]), ``{p}_reward`` (mean episode return) and
         ``{p}_steps`` (mean steps); the oracle entries are None when the env has no solver.
     """
+    from ragen.errors import EnvConfigError
+
     from . import derive_seed, make
 
     rows = []
     for name in env_names:
         try:
             env = make(name, **(configs or {}).get(name, {}))
-        except ImportError:
+        except (ImportError, EnvConfigError):  # an optional dependency; remote without a url
             continue
         row: dict[str, Any] = {"env": name, "episodes": episodes}
         for policy in ("oracle", "random"):

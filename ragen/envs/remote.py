@@ -36,6 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from ragen.errors import EnvConfigError
+
 from .base import Env, StepResult, make_info
 from .facts import Fact
 from .server import PROTOCOL_VERSION
@@ -52,7 +54,7 @@ class RemoteEnv(Env):
     """One episode of an environment served over HTTP.
 
     Config:
-        url: the server, ``http://HOST:PORT`` (``ragen serve-env`` prints it).
+        url: the server, ``http://HOST:PORT`` (``ragen serve-env`` prints it); required.
         timeout: seconds to wait for one reply before the episode is truncated.
         retries: extra attempts after a connection error (refused, reset); a timeout is
             not retried (the server is slow, not gone).
@@ -65,12 +67,18 @@ class RemoteEnv(Env):
 
     def __init__(
         self,
-        url: str = "http://127.0.0.1:8765",
+        url: str | None = None,
         timeout: float = 30.0,
         retries: int = 1,
         retry_wait: float = 0.2,
     ) -> None:
         super().__init__()
+        if url is None:  # never a default address: an env must not depend on what listens there
+            raise EnvConfigError(
+                "the remote env needs the server's address. Fix: env.config.url=http://HOST:PORT "
+                "(ragen train) or --env-config url=http://HOST:PORT (ragen eval), as printed by "
+                "`ragen serve-env NAME --port PORT`"
+            )
         url = str(url).rstrip("/")
         if not url.startswith(("http://", "https://")):
             raise ValueError(

@@ -231,7 +231,11 @@ class TextArenaEnv(Env):
         ta = import_textarena()
         self.game = str(game)
         base = GAMES.get(self.game)
-        self.spec = base or GameSpec(self.game, "Answer with your move.", _generic_parse)
+        self.spec = base or GameSpec(
+            self.game,
+            "Answer with one move as the rules describe (brackets optional).",
+            _generic_parse,
+        )
         self.game_kwargs = {**self.spec.kwargs, **dict(game_kwargs or {})}
         raw_id = f"{self.game}-raw"  # the bare game, without TextArena's LLM wrappers
         try:
