@@ -110,3 +110,14 @@ def test_expert_data_for_sft():
         tiny_tokenizer(), SFTConfig(env="cube2x2", episodes=3, rollout=RolloutConfig())
     )
     assert len(data) == 3 and all(t.success for t in data)
+
+
+def test_ragen_play_shows_the_solver_solving():
+    import io
+
+    from ragen.envs.cli import play
+
+    out = io.StringIO()
+    assert play(make("cube2x2"), seed=1, solver=True, out=out) == 0
+    text = out.getvalue()
+    assert "solver> " in text and "episode over: success=True" in text
