@@ -20,7 +20,7 @@ from fakes import short_train_args
 from ragen.agent.env_manager import EnvStateManager
 from ragen.agent.policies import OraclePolicy
 from ragen.agent.rollout import RolloutConfig, run_rollout
-from ragen.envs import Env, make, make_info, names, register
+from ragen.envs import Env, make, make_info, register
 from ragen.envs.checker import check_env
 from ragen.envs.server import EnvServer
 
@@ -67,8 +67,14 @@ class SlowCounter(Env):
         return None if self.done else "inc"
 
 
-if "test_slow_counter" not in names():
+@pytest.fixture
+def slow_counter():
+    """``test_slow_counter`` registered for one test only (the registry is process-wide)."""
+    from ragen.envs import registry
+
     register("test_slow_counter", f"{__name__}:SlowCounter", SlowCounter.description)
+    yield "test_slow_counter"
+    registry._REGISTRY.pop("test_slow_counter", None)
 
 
 def _free_port() -> int:
@@ -126,7 +132,7 @@ def test_retried_step_is_not_applied_twice_and_bad_requests_are_named():
         assert err.value.code == 400
 
 
-def test_remote_steps_run_concurrently():
+def test_remote_steps_run_concurrently(slow_counter):
     """8 episodes whose steps take 0.3 s each: one turn costs about one step, not eight."""
     with EnvServer("test_slow_counter", {"delay": 0.3}) as server:
         manager = EnvStateManager("remote", {"url": server.url}, env_groups=4, group_size=2)
@@ -151,7 +157,7 @@ def test_a_down_server_truncates_every_episode_and_the_rollout_goes_on(caplog):
     assert "cannot reach" in caplog.text and "ends truncated at reset" in caplog.text
 
 
-def test_a_slow_server_times_out_into_a_truncation(caplog):
+def test_a_slow_server_times_out_into_a_truncation(caplog, slow_counter):
     with EnvServer("test_slow_counter", {"delay": 1.0}) as server:
         env = make("remote", url=server.url, timeout=0.2)
         env.reset(0)
