@@ -242,14 +242,15 @@ def format_solver_summary(rows: list[dict[str, Any]]) -> str:
             return "-"
         return f"{100 * value:.0f}%" if pct else f"{value:.2f}"
 
+    w = max([16, *(len(r["env"]) for r in rows)])
     header = (
-        f"{'env':<16} {'oracle succ':>11} {'reward':>7} {'steps':>6}   "
+        f"{'env':<{w}} {'oracle succ':>11} {'reward':>7} {'steps':>6}   "
         f"{'random succ':>11} {'reward':>7} {'steps':>6}"
     )
     lines = [header, "-" * len(header)]
     for r in rows:
         lines.append(
-            f"{r['env']:<16} {cell(r['oracle_success'], True):>11} {cell(r['oracle_reward']):>7} "
+            f"{r['env']:<{w}} {cell(r['oracle_success'], True):>11} {cell(r['oracle_reward']):>7} "
             f"{cell(r['oracle_steps']):>6}   {cell(r['random_success'], True):>11} "
             f"{cell(r['random_reward']):>7} {cell(r['random_steps']):>6}"
         )
