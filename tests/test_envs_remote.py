@@ -332,3 +332,59 @@ def test_the_remote_env_needs_a_url():
         make("remote")
     with pytest.raises(ValueError, match="not an HTTP address"):
         make("remote", url="localhost:8765")
+
+
+class _MinimalGame(BaseHTTPRequestHandler):
+    """A server written without ragen (as one in another language would be): only
+    /info, /reset and /step of the protocol. Guess a digit, with higher/lower hints."""
+
+    episodes: dict = {}
+
+    def _send(self, status: int, payload: dict) -> None:
+        body = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):  # noqa: N802
+        names = [str(d) for d in range(10)]
+        self._send(200, {"protocol": 1, "instructions": "Guess my digit.", "action_names": names})
+
+    def do_POST(self):  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.path == "/reset":
+            episode = body.get("episode_id") or f"e{len(self.episodes)}"
+            self.episodes[episode] = {"secret": body["seed"] * 7 % 10, "obs": "Guess."}
+            self._send(200, {"episode_id": episode, "observation": "Guess.", "state_key": None})
+        elif self.path == "/step":
+            game, action = self.episodes[body["episode_id"]], body["action"]
+            valid = action in [str(d) for d in range(10)]
+            won = valid and int(action) == game["secret"]
+            if valid and not won:
+                game["obs"] = "higher" if int(action) < game["secret"] else "lower"
+            info = {"action_is_valid": valid, "action_is_effective": valid, "success": won}
+            reply = {"observation": "won" if won else game["obs"], "reward": float(won)}
+            self._send(200, {**reply, "terminated": won, "truncated": False, "info": info})
+        else:
+            self._send(404, {"error": "not implemented"})
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_minimal_server_without_ragen_is_a_full_env():
+    from ragen.agent.evaluate import evaluate
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _MinimalGame)
+    threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    try:
+        env = make("remote", url=url)
+        check_env(env, seeds=(0, 1, 2))
+        assert env.instructions == "Guess my digit." and env.action_names[-1] == "9"
+        result = evaluate("random", "remote", n=4, max_turns=3, env_config={"url": url})
+        assert result["valid_action_rate"] == 1.0 and result["env_truncation_rate"] == 0.0
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
