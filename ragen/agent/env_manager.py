@@ -160,12 +160,20 @@ class EnvStateManager:
                 "pass one seed per group (seeds_for_step / validation_seeds)"
             )
         self.group_seeds = group_seeds
-        observations = []
-        for i, env in enumerate(self.envs):
+
+        def reset_one(i: int) -> str:
             g, m = divmod(i, self.group_size)
             seed = group_seeds[g]
-            observations.append(env.reset(seed, rng_seed=self.member_rng_seed(seed, m)))
-        return observations
+            return self.envs[i].reset(seed, rng_seed=self.member_rng_seed(seed, m))
+
+        indices = range(len(self.envs))
+        if len(self.envs) > 1 and all(getattr(e, "concurrent_steps", False) for e in self.envs):
+            # envs that wait on a network (remote envs): all resets in flight at once
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(min(len(self.envs), 64)) as pool:
+                return list(pool.map(reset_one, indices))
+        return [reset_one(i) for i in indices]
 
     def group_of(self, index: int) -> int:
         return index // self.group_size

@@ -270,6 +270,9 @@ def run_rollout(
         for ep in episodes:
             if ep.done:
                 continue
+            if ep.turns and manager.envs[ep.index].done:  # ended outside a step (a remote
+                _end_after_last_turn(ep, "env_truncated")  # env whose server failed)
+                continue
             request = _open_turn(ep, manager, config, turn, max_model_len)
             if request is not None:
                 live.append(ep)
@@ -290,10 +293,18 @@ def run_rollout(
         stats["generate_calls"] += 1
         if len(outputs) != len(requests):
             raise RuntimeError(f"policy returned {len(outputs)} outputs for {len(requests)}")
-        for ep, request, out in zip(live, requests, outputs):
-            n_tokens = _close_turn(ep, manager.envs[ep.index], request, out, config, fmt)
+        envs = [manager.envs[ep.index] for ep in live]
+        replies = [
+            _read_reply(ep, env, out, config, fmt) for ep, env, out in zip(live, envs, outputs)
+        ]
+        # the env steps of all episodes: from threads when the envs wait on a network
+        played = _play_all(envs, [reply.executed for reply in replies])
+        for ep, env, request, out, reply, steps in zip(
+            live, envs, requests, outputs, replies, played
+        ):
+            _record_turn(ep, env, request, out, reply, steps, config)
             if out.token_ids is not None:
-                stats["generated_tokens"] += n_tokens
+                stats["generated_tokens"] += reply.n_tokens
     for ep in episodes:
         if not ep.done:  # still going after the last allowed turn
             _end_after_last_turn(ep, "turn_limit")
@@ -364,15 +375,23 @@ def _open_turn(
     )
 
 
-def _close_turn(
-    ep: _Episode,
-    env: Any,
-    request: TurnRequest,
-    out: PolicyOutput,
-    config: RolloutConfig,
-    fmt: ChatFormat | None,
-) -> int:
-    """Record the response, execute its actions, score the turn. Returns #response ids."""
+@dataclass
+class _Reply:
+    """A turn's reply, read and scored before any of its actions runs."""
+
+    text: str
+    parsed: Any
+    executed: list[str]  # the actions to run (within the budgets)
+    scores: ReasoningScores
+    potential: float  # Phi(s) before the actions (0 when progress shaping is off)
+    observation: str  # the state the reply answered
+    n_tokens: int
+
+
+def _read_reply(
+    ep: _Episode, env: Any, out: PolicyOutput, config: RolloutConfig, fmt: ChatFormat | None
+) -> _Reply:
+    """Record the response in the context and parse and score it (the env is not stepped)."""
     observation = ep.observation  # the state this turn answered
     # a reply with a lone surrogate is a format error of this turn (parse_reply),
     # never an exception when it is tokenized or written to disk
@@ -390,18 +409,55 @@ def _close_turn(
     # scored against the state the reply answered, before any action runs
     scores = _score_reasoning(env, parsed, config.reasoning, executed)
     potential = env.progress_potential() if config.progress_reward > 0 else 0.0
+    return _Reply(text, parsed, executed, scores, potential, observation, n_tokens)
+
+
+def _play(env: Any, actions: list[str]) -> list[tuple[str, float, bool, bool, dict[str, Any]]]:
+    """Step ``env`` with ``actions`` in order until one ends the episode."""
+    results = []
+    for action in actions:
+        results.append(_safe_step(env, action))
+        if results[-1][2] or results[-1][3]:
+            break
+    return results
+
+
+#: most threads stepping envs that wait on a network (``Env.concurrent_steps``)
+MAX_STEP_THREADS = 64
+
+
+def _play_all(envs: list[Any], actions: list[list[str]]) -> list[list[tuple]]:
+    """:func:`_play` for every episode of the turn. Envs that declare
+    ``concurrent_steps`` (remote envs: the time is spent waiting for a server) are
+    stepped from a thread pool, so a batch costs about one round trip, not one per
+    episode; every other env is stepped in order, in this thread."""
+    if len(envs) > 1 and all(getattr(env, "concurrent_steps", False) for env in envs):
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(len(envs), MAX_STEP_THREADS)) as pool:
+            return list(pool.map(_play, envs, actions))
+    return [_play(env, acts) for env, acts in zip(envs, actions)]
+
+
+def _record_turn(
+    ep: _Episode,
+    env: Any,
+    request: TurnRequest,
+    out: PolicyOutput,
+    reply: _Reply,
+    steps: list[tuple[str, float, bool, bool, dict[str, Any]]],
+    config: RolloutConfig,
+) -> None:
+    """Account the turn's steps: rewards, counters, the end reason, the turn record."""
+    parsed, scores = reply.parsed, reply.scores
     env_reward, valid, effective = 0.0, [], []
-    terminated = truncated = False
-    for action in executed:
-        obs, reward, terminated, truncated, info = _safe_step(env, action)
+    for obs, reward, _, _, info in steps:
         ep.observation = obs
         env_reward += reward
         valid.append(bool(info.get("action_is_valid", False)))
         effective.append(bool(info.get("action_is_effective", False)))
         ep.success = ep.success or bool(info.get("success", False))
-        if terminated or truncated:
-            break
-    executed = executed[: len(valid)]
+    executed = reply.executed[: len(valid)]
     ep.num_actions += len(executed)
     ep.num_valid += sum(valid)
     ep.num_effective += sum(effective)
@@ -411,11 +467,12 @@ def _close_turn(
     reasoning_reward = scores.total(config.reward_weights)
     progress = 0.0
     if config.progress_reward > 0:  # Phi(s') - Phi(s): 0 for a turn that moved nothing
-        progress = config.progress_reward * (env.progress_potential() - potential)
+        progress = config.progress_reward * (env.progress_potential() - reply.potential)
     reward = env_reward + shaping + reasoning_reward + progress
     ep.turn_rewards.append(reward)
     ep.shown_rewards.append(env_reward + shaping)
-    ep.turn_token_counts.append(n_tokens)
+    ep.turn_token_counts.append(reply.n_tokens)
+    terminated, truncated = (steps[-1][2], steps[-1][3]) if steps else (False, False)
     ep.end_reason = _end_reason(
         bool(terminated),
         bool(truncated),
@@ -424,8 +481,8 @@ def _close_turn(
     )
     ep.turns.append(
         TurnRecord(
-            observation=observation,
-            response=text,
+            observation=reply.observation,
+            response=reply.text,
             thought=parsed.thought,
             actions=parsed.actions,
             executed_actions=executed,
@@ -439,14 +496,13 @@ def _close_turn(
                 "action_is_valid": valid,
                 "action_is_effective": effective,
                 "finish_reason": out.finish_reason,
-                "num_tokens": n_tokens,
+                "num_tokens": reply.n_tokens,
                 "reasoning_scores": scores.as_dict(),
                 "reasoning_reward": reasoning_reward,
                 **({"progress_reward": progress} if config.progress_reward > 0 else {}),
             },
         )
     )
-    return n_tokens
 
 
 def _score_reasoning(env: Any, parsed: Any, reasoning: str, actions: list[str]) -> ReasoningScores:

@@ -76,3 +76,53 @@ register(
     "ragen.envs.gym_adapter:GymTaxiEnv",
     "gymnasium Taxi via the adapter; needs ragen[gym]",
 )
+
+# -- procedural puzzles (solvers as oracles) ----------------------------------------------------
+_SUDOKU = "ragen.envs.sudoku:SudokuEnv"
+_2048 = "ragen.envs.game2048:Game2048Env"
+_CUBE = "ragen.envs.cube2x2:Cube2x2Env"
+register("sudoku", _SUDOKU, "Sudoku 4x4 (8 givens): fill rows, columns and 2x2 boxes with 1-4")
+register("sudoku_9x9", _SUDOKU, "Sudoku 9x9 (36 givens): the classic puzzle", size=9)
+register("game_2048", _2048, "2048 on 4x4: slide and merge tiles to reach 256")
+register("game_2048_small", _2048, "2048 on 3x3: reach 64", size=3, win_tile=64)
+register("cube2x2", _CUBE, "2x2 Rubik's cube scrambled by 3 turns; restore one colour per face")
+register(
+    "cube2x2_hard",
+    _CUBE,
+    "2x2 Rubik's cube scrambled by 11 turns (up to the 11-turn diameter)",
+    scramble_depth=11,
+    max_steps=30,
+)
+
+# -- TextArena's single-player games (optional: ragen[textarena]) -------------------------------
+_TEXTARENA = "ragen.envs.textarena_adapter:TextArenaEnv"
+register(
+    "textarena",
+    _TEXTARENA,
+    "Any single-player TextArena game by id (game=Wordle-v0); needs ragen[textarena]",
+)
+register(
+    "ta_tower_of_hanoi",
+    _TEXTARENA,
+    "TextArena Tower of Hanoi, 3 disks, 14 moves; needs ragen[textarena]",
+    game="TowerOfHanoi-v0",
+)
+register(
+    "ta_guess_the_number",
+    _TEXTARENA,
+    "TextArena Guess the Number, 1-20 in 10 guesses; needs ragen[textarena]",
+    game="GuessTheNumber-v0",
+)
+register(
+    "ta_mastermind",
+    _TEXTARENA,
+    "TextArena Mastermind, 4 digits of 1-6 without repeats, 20 guesses; needs ragen[textarena]",
+    game="Mastermind-v0",
+)
+
+# -- an environment served over HTTP (`ragen serve-env NAME`) -----------------------------------
+register(
+    "remote",
+    "ragen.envs.remote:RemoteEnv",
+    "An environment served over HTTP by `ragen serve-env NAME` (url=http://HOST:PORT)",
+)

@@ -1,4 +1,5 @@
-"""``ragen envs`` (list environments) and ``ragen play`` (play one in the terminal).
+"""``ragen envs`` (list environments), ``ragen play`` (play one in the terminal) and
+``ragen serve-env`` (serve one over HTTP, :mod:`ragen.envs.server`).
 
     ragen envs                      # names and one-line descriptions
     ragen envs --keys               # ... with every config key and its default
@@ -6,6 +7,7 @@
     ragen play sokoban --seed 3     # you play: type actions, 'q' (or quit/exit) to stop
     ragen play frozen_lake --solver --set p=1/3 --set size=5
     ragen play sokoban --set levels=handmade --seed 1
+    ragen serve-env sokoban --port 8765   # serve it over HTTP (train with env=remote)
 
 Also :func:`solver_summary` (oracle vs random reference policies per env), used by
 the demo.
@@ -53,6 +55,31 @@ def add_parser(subparsers: Any) -> None:
     play.add_argument("--max-steps", type=int, default=500, help="safety cap on valid steps")
     play.set_defaults(func=cmd_play)
 
+    serve = subparsers.add_parser(
+        "serve-env",
+        help="serve an environment over HTTP (train on it with env=remote)",
+        description="Serve ENV over HTTP, many episodes at once (ragen/envs/server.py has the "
+        "protocol). Train or evaluate on it with `ragen train env=remote "
+        "env.config.url=http://HOST:PORT` or `ragen eval --env remote --env-config "
+        "url=http://HOST:PORT`.",
+    )
+    serve.add_argument("env", help="registered environment name (see `ragen envs`)")
+    serve.add_argument("--port", type=int, default=8765, help="TCP port (0: any free port)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: all)")
+    serve.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="env config override (YAML value), e.g. --set size=9",
+    )
+    serve.add_argument(
+        "--max-episodes", type=int, default=4096, help="episodes held at once (LRU eviction)"
+    )
+    serve.add_argument("--quiet", action="store_true", help="do not log every request")
+    serve.set_defaults(func=cmd_serve_env)
+
 
 # -- ragen envs ---------------------------------------------------------------------------------
 def cmd_envs(args: argparse.Namespace) -> int:
@@ -89,6 +116,14 @@ def cmd_play(args: argparse.Namespace) -> int:
 
     env = make(args.env, **parse_overrides(args.overrides))
     return play(env, seed=args.seed, solver=args.solver, max_steps=args.max_steps)
+
+
+def cmd_serve_env(args: argparse.Namespace) -> int:
+    from .server import serve
+
+    config = parse_overrides(args.overrides)  # make() rejects unknown keys, naming them
+    serve(args.env, config, args.host, args.port, args.max_episodes, quiet=args.quiet)
+    return 0
 
 
 def play(
@@ -154,20 +189,23 @@ def solver_summary(
     """Oracle (built-in solver) vs uniformly random policy on each env.
 
     Each policy plays ``episodes`` episodes on seeds ``seed, seed+1, ...`` (at most
-    ``max_steps`` steps). Envs whose optional dependency is missing are skipped.
+    ``max_steps`` steps). Envs whose optional dependency is missing, or that cannot be built
+    without config (``remote`` needs a url), are skipped.
 
     Returns:
         One dict per env: ``env``, ``episodes``, and for ``p`` in (``oracle``, ``random``):
         ``{p}_success`` (rate in [0, 1]), ``{p}_reward`` (mean episode return) and
         ``{p}_steps`` (mean steps); the oracle entries are None when the env has no solver.
     """
+    from ragen.errors import EnvConfigError
+
     from . import derive_seed, make
 
     rows = []
     for name in env_names:
         try:
             env = make(name, **(configs or {}).get(name, {}))
-        except ImportError:
+        except (ImportError, EnvConfigError):  # an optional dependency; remote without a url
             continue
         row: dict[str, Any] = {"env": name, "episodes": episodes}
         for policy in ("oracle", "random"):
@@ -204,14 +242,15 @@ def format_solver_summary(rows: list[dict[str, Any]]) -> str:
             return "-"
         return f"{100 * value:.0f}%" if pct else f"{value:.2f}"
 
+    w = max([16, *(len(r["env"]) for r in rows)])
     header = (
-        f"{'env':<16} {'oracle succ':>11} {'reward':>7} {'steps':>6}   "
+        f"{'env':<{w}} {'oracle succ':>11} {'reward':>7} {'steps':>6}   "
         f"{'random succ':>11} {'reward':>7} {'steps':>6}"
     )
     lines = [header, "-" * len(header)]
     for r in rows:
         lines.append(
-            f"{r['env']:<16} {cell(r['oracle_success'], True):>11} {cell(r['oracle_reward']):>7} "
+            f"{r['env']:<{w}} {cell(r['oracle_success'], True):>11} {cell(r['oracle_reward']):>7} "
             f"{cell(r['oracle_steps']):>6}   {cell(r['random_success'], True):>11} "
             f"{cell(r['random_reward']):>7} {cell(r['random_steps']):>6}"
         )

@@ -1,0 +1,383 @@
+"""Serve a registered environment over HTTP: ``ragen serve-env NAME --port P``.
+
+Many episodes at once, each with its own env instance, seed and dynamics seed; requests
+are handled in threads (``http.server.ThreadingHTTPServer``, stdlib only), one at a time
+per episode. The protocol is JSON over POST (GET for ``/info`` and ``/health``), so a
+server can be written in any language; :mod:`ragen.envs.remote` is the client.
+
+==========  ===========================================  ==================================
+endpoint    request                                      reply
+==========  ===========================================  ==================================
+/health     (GET)                                        ``{"ok": true, "episodes": n}``
+/info       (GET)                                        ``name, description, instructions,
+                                                         action_names, single_turn,
+                                                         fact_kinds, prediction_kinds,
+                                                         progress_potential_meaning``
+/reset      ``{"seed", "rng_seed"?, "episode_id"?}``      ``episode_id, observation,
+                                                         instructions, action_names,
+                                                         state_key, single_turn`` (a new
+                                                         episode unless ``episode_id`` is
+                                                         one the server holds)
+/step       ``{"episode_id", "action", "t"?}``            ``observation, reward, terminated,
+                                                         truncated, info``
+/call       ``{"episode_id", "method", "args"?}``         ``{"result": ...}`` for ``oracle_action
+                                                         random_action(seed) render(mode)
+                                                         state_facts predict_facts(actions)
+                                                         progress_potential snapshot clone``
+/close      ``{"episode_id"}``                            ``{"ok": true}``
+==========  ===========================================  ==================================
+
+``t`` (the client's step counter) makes a retried step idempotent: a ``t`` equal to the
+episode's last one returns the cached reply instead of stepping again. Facts travel as
+``[kind, row, col]``, an rgb frame as ``{"shape": [H, W, 3], "data": base64 bytes}``.
+Errors are ``{"error": "..."}`` with status 400 (bad request), 404 (unknown episode or
+path) or 500 (the env raised). At most ``max_episodes`` episodes are held; the least
+recently used one is dropped to make room.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import numpy as np
+
+from .base import Env
+from .facts import Fact
+from .registry import make
+
+PROTOCOL_VERSION = 1
+MAX_BODY_BYTES = 1 << 20
+CALL_METHODS = (
+    "oracle_action",
+    "random_action",
+    "render",
+    "state_facts",
+    "predict_facts",
+    "progress_potential",
+    "snapshot",
+    "clone",
+)
+
+
+class RequestError(Exception):
+    """A request the server answers with an HTTP error status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _Episode:
+    def __init__(self, env: Env) -> None:
+        self.env = env
+        self.lock = threading.Lock()
+        self.last_t: int | None = None
+        self.last_reply: dict[str, Any] | None = None
+
+
+def facts_to_json(facts: list[Fact]) -> list[list[Any]]:
+    return [[f.kind, f.row, f.col] for f in facts]
+
+
+def frame_to_json(frame: np.ndarray) -> dict[str, Any]:
+    frame = np.ascontiguousarray(frame, dtype=np.uint8)
+    return {"shape": list(frame.shape), "data": base64.b64encode(frame.tobytes()).decode()}
+
+
+class EnvService:
+    """The episodes of one registered env and the operations on them (no HTTP here)."""
+
+    def __init__(
+        self, name: str, config: dict[str, Any] | None = None, max_episodes: int = 4096
+    ) -> None:
+        self.name, self.config = name, dict(config or {})
+        self.max_episodes = int(max_episodes)
+        self._template = make(name, **self.config)  # fails early on a bad name or config
+        self._episodes: OrderedDict[str, _Episode] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def info(self) -> dict[str, Any]:
+        env = self._template
+        return {
+            "protocol": PROTOCOL_VERSION,
+            "name": self.name,
+            "description": type(env).description or "",
+            "instructions": env.instructions,
+            "action_names": env.action_names,
+            "single_turn": bool(env.single_turn),
+            "fact_kinds": list(env.fact_kinds),
+            "prediction_kinds": list(env.prediction_kinds),
+            "progress_potential_meaning": env.progress_potential_meaning,
+        }
+
+    def health(self) -> dict[str, Any]:
+        return {"ok": True, "name": self.name, "episodes": len(self._episodes)}
+
+    # -- episodes ------------------------------------------------------------------------
+    def _add(self, env: Env) -> str:
+        episode_id = uuid.uuid4().hex
+        with self._lock:
+            self._episodes[episode_id] = _Episode(env)
+            while len(self._episodes) > self.max_episodes:
+                _, dropped = self._episodes.popitem(last=False)
+                dropped.env.close()
+        return episode_id
+
+    def _get(self, episode_id: Any) -> _Episode:
+        with self._lock:
+            episode = self._episodes.get(str(episode_id))
+            if episode is None:
+                raise RequestError(
+                    404, f"unknown episode {episode_id!r} (closed, evicted or the server restarted)"
+                )
+            self._episodes.move_to_end(str(episode_id))
+            return episode
+
+    def reset(self, body: dict[str, Any]) -> dict[str, Any]:
+        seed = _int_field(body, "seed")
+        rng_seed = body.get("rng_seed")
+        if rng_seed is not None and not isinstance(rng_seed, int):
+            raise RequestError(400, "rng_seed must be an integer or null")
+        episode_id = body.get("episode_id")
+        with self._lock:
+            known = episode_id is not None and str(episode_id) in self._episodes
+        if not known:
+            episode_id = self._add(make(self.name, **self.config))
+        episode = self._get(episode_id)
+        with episode.lock:
+            env = episode.env
+            obs = env.reset(seed, rng_seed=rng_seed)
+            episode.last_t, episode.last_reply = None, None
+            return {
+                "episode_id": episode_id,
+                "observation": obs,
+                "instructions": env.instructions,
+                "action_names": env.action_names,
+                "state_key": env.state_key(),
+                "single_turn": bool(env.single_turn),
+                "done": env.done,
+            }
+
+    def step(self, body: dict[str, Any]) -> dict[str, Any]:
+        episode = self._get(body.get("episode_id"))
+        action = body.get("action")
+        if not isinstance(action, str):
+            raise RequestError(400, "action must be a string")
+        t = body.get("t")
+        with episode.lock:
+            if t is not None and t == episode.last_t and episode.last_reply is not None:
+                return episode.last_reply  # a retried request: do not step twice
+            obs, reward, terminated, truncated, info = episode.env.step(action)
+            reply = {
+                "observation": obs,
+                "reward": float(reward),
+                "terminated": bool(terminated),
+                "truncated": bool(truncated),
+                "info": _jsonable(info),
+            }
+            episode.last_t, episode.last_reply = t, reply
+            return reply
+
+    def call(self, body: dict[str, Any]) -> dict[str, Any]:
+        method = body.get("method")
+        if method not in CALL_METHODS:
+            raise RequestError(400, f"method must be one of {', '.join(CALL_METHODS)}")
+        args = body.get("args") or {}
+        if not isinstance(args, dict):
+            raise RequestError(400, "args must be an object")
+        episode = self._get(body.get("episode_id"))
+        with episode.lock:
+            env = episode.env
+            if method == "oracle_action":
+                return {"result": env.oracle_action()}
+            if method == "random_action":
+                return {"result": env.random_action(random.Random(_int_field(args, "seed")))}
+            if method == "render":
+                mode = args.get("mode", "text")
+                out = env.render(mode)
+                return {"result": out if isinstance(out, str) else frame_to_json(out)}
+            if method == "state_facts":
+                return {"result": facts_to_json(env.state_facts())}
+            if method == "predict_facts":
+                actions = args.get("actions")
+                if not isinstance(actions, list) or not all(isinstance(a, str) for a in actions):
+                    raise RequestError(400, "predict_facts needs args.actions, a list of strings")
+                return {"result": facts_to_json(env.predict_facts(actions))}
+            if method == "progress_potential":
+                return {"result": float(env.progress_potential())}
+            if method == "snapshot":
+                return {"result": repr(env.snapshot())}
+            import copy  # clone: an independent copy of the episode (the oracle's lookahead)
+
+            twin = copy.deepcopy(env)
+        return {"result": self._add(twin)}
+
+    def close(self, body: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            episode = self._episodes.pop(str(body.get("episode_id")), None)
+        if episode is not None:
+            episode.env.close()
+        return {"ok": True}
+
+
+def _int_field(body: dict[str, Any], key: str) -> int:
+    value = body.get(key)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise RequestError(400, f"{key} must be an integer")
+    return value
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` with numpy scalars/arrays and tuples turned into JSON types; anything
+    else unknown becomes its ``repr``."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return repr(value)
+
+
+def _handler(service: EnvService, quiet: bool) -> type[BaseHTTPRequestHandler]:
+    routes_post = {
+        "/reset": service.reset,
+        "/step": service.step,
+        "/call": service.call,
+        "/close": service.close,
+    }
+    routes_get = {"/info": service.info, "/health": service.health}
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive: one connection per client thread
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            route = routes_get.get(self.path.split("?")[0])
+            if route is None:
+                self._reply(404, {"error": f"unknown path {self.path}"})
+                return
+            self._reply(200, route())
+
+        def do_POST(self) -> None:  # noqa: N802
+            route = routes_post.get(self.path.split("?")[0])
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+                if length > MAX_BODY_BYTES:
+                    raise RequestError(413, f"request body over {MAX_BODY_BYTES} bytes")
+                raw = self.rfile.read(length)
+                if route is None:
+                    raise RequestError(404, f"unknown path {self.path}")
+                try:
+                    body = json.loads(raw or b"{}")
+                except ValueError as err:
+                    raise RequestError(400, f"body is not JSON: {err}") from None
+                if not isinstance(body, dict):
+                    raise RequestError(400, "body must be a JSON object")
+                self._reply(200, route(body))
+            except RequestError as err:
+                self._reply(err.status, {"error": str(err)})
+            except Exception as err:  # noqa: BLE001 - the env raised: report, keep serving
+                self._reply(500, {"error": f"{type(err).__name__}: {err}"})
+
+        def _reply(self, status: int, payload: dict[str, Any]) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            if not quiet:
+                super().log_message(format, *args)
+
+    return Handler
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    # the default backlog of 5 makes a burst of concurrent episodes wait for TCP retries
+    request_queue_size = 1024
+
+
+class EnvServer:
+    """A running HTTP server for one env (``with EnvServer("sokoban") as server: server.url``).
+
+    ``port=0`` picks a free port. ``serve_forever()`` blocks; ``start()`` serves from a
+    background thread (tests, notebooks) and ``stop()`` shuts it down.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        config: dict[str, Any] | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_episodes: int = 4096,
+        quiet: bool = True,
+    ) -> None:
+        self.service = EnvService(name, config, max_episodes)
+        self.httpd = _Server((host, port), _handler(self.service, quiet))
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def serve_forever(self) -> None:
+        self.httpd.serve_forever(poll_interval=0.05)
+
+    def start(self) -> EnvServer:
+        self._thread = threading.Thread(target=self.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> EnvServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def serve(
+    name: str,
+    config: dict[str, Any] | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    max_episodes: int = 4096,
+    quiet: bool = False,
+) -> None:
+    """Serve ``name`` until interrupted (``ragen serve-env``)."""
+    server = EnvServer(name, config, host, port, max_episodes, quiet)
+    print(
+        f"serving env {name!r} at {server.url} (use env=remote env.config.url={server.url}); "
+        "Ctrl-C stops",
+        flush=True,
+    )
+    started = time.time()
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.httpd.server_close()
+        print(f"stopped after {time.time() - started:.0f}s", flush=True)
