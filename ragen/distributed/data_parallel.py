@@ -303,7 +303,6 @@ class DataParallelUpdater:
         from ragen.engines.hf import weights_fingerprint
 
         tr = self.trainer
-        tic = time.perf_counter()
         fingerprint = tuple(weights_fingerprint(m) for m in _models(tr))
         resync = fingerprint != self._fingerprint
         cpu_batch = self.ray.put(batch.to("cpu"))
@@ -316,7 +315,6 @@ class DataParallelUpdater:
         self._fingerprint = tuple(weights_fingerprint(m) for m in _models(tr))
         out["scale/update_ranks"] = float(self.world)
         out["scale/state_broadcast"] = float(resync)
-        out["scale/update_wall_s"] = time.perf_counter() - tic
         return out
 
     def close(self) -> None:
