@@ -83,6 +83,7 @@ def main(argv: list[str] | None = None) -> None:
         ]
     )
     trainer = StarPOTrainer(cfg)
+    os.environ.setdefault("RAY_worker_niceness", "0")  # as ragen.distributed.ray_setup
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     resources = {"num_cpus": 1.0, "num_gpus": 0.0}
     pools = {

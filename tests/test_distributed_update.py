@@ -4,6 +4,7 @@ every loss aggregation mode; rank 0's state reaches the other rank whenever it c
 outside an update."""
 
 import copy
+import os
 
 import pytest
 import torch
@@ -19,9 +20,15 @@ MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-to
 
 @pytest.fixture(scope="module")
 def local_ray():
-    if not ray.is_initialized():
+    """A local Ray for this module's tests (2 cores here; CPUs are logical slots), shut
+    down afterwards so that its idle processes do not follow the rest of the suite."""
+    started = not ray.is_initialized()
+    if started:
+        os.environ.setdefault("RAY_worker_niceness", "0")  # as ragen.distributed.ray_setup
         ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
-    return ray
+    yield ray
+    if started:
+        ray.shutdown()
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import datetime
 import socket
-import time
 from typing import Any
 
 import torch

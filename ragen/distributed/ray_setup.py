@@ -51,6 +51,9 @@ def connect(address: str | None, logical_cpus: float = 0.0) -> Any:
             ) from None
         return ray
     cpus = max(float(os.cpu_count() or 1), float(logical_cpus))
+    # Ray runs its workers at nice 15 by default; ours are the run's main work (the
+    # trainer waits on them), so they get the trainer's priority
+    os.environ.setdefault("RAY_worker_niceness", "0")
     ray.init(num_cpus=int(cpus + 0.999), include_dashboard=False, log_to_driver=True)
     return ray
 
