@@ -4,6 +4,7 @@ with its groups played again to the same result."""
 
 import os
 import signal
+import sys
 
 import pytest
 import torch
@@ -24,6 +25,7 @@ from ragen.distributed.sharding import shard_groups, split_rows  # noqa: E402
 from ragen.engines.hf import HFEngine  # noqa: E402
 from ragen.errors import ConfigError  # noqa: E402
 from ragen.models import load_policy  # noqa: E402
+from ragen.trainer.config import load_config  # noqa: E402
 
 CFG = RolloutConfig(
     env_groups=3,  # 3 groups over 2 workers: uneven shards [0, 1] and [2]
@@ -150,6 +152,10 @@ def test_a_killed_worker_is_replaced_and_its_groups_played_again(pool, model):
 
 
 def test_missing_ray_names_the_extra(monkeypatch):
-    monkeypatch.setitem(__import__("sys").modules, "ray", None)
+    monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(ConfigError, match=r"pip install 'ragen\[scale\]'"):
         import_ray()
+    # and the config says so before any model loads
+    with pytest.raises(ConfigError, match=r"trainer.train_ranks: needs Ray.*ragen\[scale\]"):
+        load_config(["env=sokoban", "model=tiny", "trainer.train_ranks=2"])
+    load_config(["env=sokoban", "model=tiny"])  # one process needs no Ray

@@ -469,6 +469,14 @@ def _check_ranges(cfg: TrainConfig) -> None:
     if t.train_ranks < 1:
         _fail("trainer.train_ranks", f"must be >= 1, got {t.train_ranks}",
               "1 updates in this process; M >= 2 updates data-parallel on M ranks")  # fmt: skip
+    if t.rollout_workers > 0 or t.train_ranks > 1:
+        from ragen.distributed.ray_setup import INSTALL_HINT, ray_installed
+
+        if not ray_installed():
+            key = "trainer.rollout_workers" if t.rollout_workers > 0 else "trainer.train_ranks"
+            _fail(key, "needs Ray, which is not installed",
+                  f"{INSTALL_HINT}, or trainer.rollout_workers=0 trainer.train_ranks=1 "
+                  "to run in one process")  # fmt: skip
     for key, value in (
         ("trainer.worker_cpus", t.worker_cpus),
         ("trainer.worker_gpus", t.worker_gpus),
