@@ -16,12 +16,14 @@ medians. Rows:
 
 * ``rollout in-process`` -- ``trainer.rollout_workers=0``: one generate call per turn
   for all 64 episodes (today's path, one thread);
-* ``rollout groups, in-process`` -- the workers' per-group seeding
-  (``ragen.distributed.rollout_workers.rollout_groups``) in this process: the cost of
-  seeding by group instead of by batch, without Ray;
+* ``rollout units, in-process`` -- the workers' seeding by sampling units of
+  ``--batch-groups`` groups (``ragen.distributed.rollout_workers.rollout_units``) in
+  this process: the cost of smaller generate batches, without Ray;
 * ``rollout 1 worker`` / ``2 workers`` -- ``RolloutWorkerPool`` (one thread each);
 * ``weight sync`` -- pushing the changed weights to the 2 workers (what happens after
   every update), and its size;
+* ``control: 2 processes vs 1`` -- the same matmul loop (one thread) in 1 process,
+  then in 2 processes at once: how much parallel CPU this machine gives right now;
 * ``update 1 rank`` / ``2 ranks`` -- ``StarPOTrainer.update`` on one batch of this
   rollout (StarPO-S: actor + critic) in this process vs ``DataParallelUpdater`` on 2 gloo
   ranks (this process + one Ray actor), each from the same starting state.
@@ -41,11 +43,40 @@ import statistics
 import time
 
 
+def _matmul_loop(n: int = 2000) -> float:
+    """Seconds for ``n`` 256x256 matmuls on one thread (the parallelism control)."""
+    import torch
+
+    torch.set_num_threads(1)
+    x = torch.randn(256, 256)
+    tic = time.perf_counter()
+    for _ in range(n):
+        x @ x
+    return time.perf_counter() - tic
+
+
+def _control() -> float:
+    """Throughput of 2 processes at once over 1 process alone, same loop (2.0 = 2 cores)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(2) as pool:
+        pool.starmap(_matmul_loop, [(50,), (50,)], chunksize=1)  # both started and warm
+        solo = pool.apply(_matmul_loop)
+        tic = time.perf_counter()
+        pool.starmap(_matmul_loop, [(), ()], chunksize=1)
+        pair = time.perf_counter() - tic
+    return 2 * solo / pair
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--groups", type=int, default=None, help="env groups (default: the demo's)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--batch-groups", type=int, default=4, help="trainer.worker_batch_groups (default 4)"
+    )
     args = p.parse_args(argv)
 
     import ray
@@ -57,9 +88,10 @@ def main(argv: list[str] | None = None) -> None:
     from ragen.distributed.rollout_workers import (
         EnvSpec,
         RolloutWorkerPool,
-        group_manager,
-        rollout_groups,
+        rollout_units,
+        sampling_units,
         state_to_push,
+        units_manager,
     )
     from ragen.envs.base import derive_seed
     from ragen.trainer.config import load_config
@@ -88,23 +120,30 @@ def main(argv: list[str] | None = None) -> None:
     resources = {"num_cpus": 1.0, "num_gpus": 0.0}
     pools = {
         n: RolloutWorkerPool(
-            ray, n, trainer.model_path, None, "cpu", trainer.dtype, resources=resources
+            ray, n, trainer.model_path, None, "cpu", trainer.dtype, resources, args.batch_groups
         )
         for n in (1, 2)
     }
     seeds = trainer.train_envs.seeds_for_step(0)
     rcfg = dataclasses.replace(cfg.rollout, seed=derive_seed(args.seed, "rollout", 0))
-    local_groups = group_manager(EnvSpec.of(trainer.train_envs))
+    spec = EnvSpec.of(trainer.train_envs)
+    units = sampling_units(groups, args.batch_groups)
+    managers = {}
+
+    def manager_for(n):
+        if n not in managers:
+            managers[n] = units_manager(spec, n)
+        return managers[n]
 
     def in_process():
         return run_rollout(trainer.policy, trainer.train_envs, rcfg, seeds)
 
     def groups_in_process():
-        return rollout_groups(trainer.policy, local_groups, rcfg, list(range(groups)), seeds)
+        return rollout_units(trainer.policy, manager_for, rcfg, units, seeds)
 
     rollouts = {
         "rollout in-process": in_process,
-        "rollout groups, in-process": groups_in_process,
+        "rollout units, in-process": groups_in_process,
         "rollout 1 worker": lambda: pools[1].collect(
             trainer.actor, trainer.train_envs, rcfg, seeds
         ),
@@ -119,7 +158,10 @@ def main(argv: list[str] | None = None) -> None:
     times: dict[str, list[float]] = {k: [] for k in rollouts}
     tokens: dict[str, float] = {}
     result = None
+    control = []
     for r in range(args.rounds):
+        control.append(_control())
+        print(f"round {r + 1} control: 2 processes = {control[-1]:.2f}x one", flush=True)
         for name, fn in rollouts.items():
             tic = time.perf_counter()
             out = fn()
@@ -199,6 +241,10 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"| weight sync to 2 workers ({size_mb / 1e6:.1f} MB) | {statistics.median(sync_times):.3f} | |"
     )
+    print(
+        "| control: matmul loop, 2 processes at once vs 1 alone | "
+        f"{statistics.median(control):.2f}x the throughput | |"
+    )
     print("\nratios (of medians):")
     print(
         f"  rollout 2 workers vs 1 worker: {med['rollout 1 worker'] / med['rollout 2 workers']:.2f}x"
@@ -209,7 +255,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(
         "  per-group vs batched seeding, in-process: "
-        f"{med['rollout groups, in-process'] / med['rollout in-process']:.2f}x the time"
+        f"{med['rollout units, in-process'] / med['rollout in-process']:.2f}x the time"
     )
     print(
         "  weight sync per step / 2-worker rollout: "

@@ -18,8 +18,9 @@ from ragen.distributed.ray_setup import import_ray  # noqa: E402
 from ragen.distributed.rollout_workers import (  # noqa: E402
     EnvSpec,
     RolloutWorkerPool,
-    group_manager,
-    rollout_groups,
+    rollout_units,
+    sampling_units,
+    units_manager,
 )
 from ragen.distributed.sharding import shard_groups, split_rows  # noqa: E402
 from ragen.engines.hf import HFEngine  # noqa: E402
@@ -27,8 +28,9 @@ from ragen.errors import ConfigError  # noqa: E402
 from ragen.models import load_policy  # noqa: E402
 from ragen.trainer.config import load_config  # noqa: E402
 
+BATCH_GROUPS = 2  # sampling units [0, 1] and [2]: one per worker, uneven
 CFG = RolloutConfig(
-    env_groups=3,  # 3 groups over 2 workers: uneven shards [0, 1] and [2]
+    env_groups=3,
     group_size=2,
     max_turns=2,
     max_new_tokens=12,
@@ -67,6 +69,7 @@ def pool(local_ray, tiny_model_dir):
         device="cpu",
         dtype=torch.float32,
         resources={"num_cpus": 1.0, "num_gpus": 0.0},
+        batch_groups=BATCH_GROUPS,
     )
     yield workers
     workers.close()
@@ -80,7 +83,8 @@ def _one_process(model, seeds):
     policy_model, tokenizer = model
     policy = ModelPolicy(HFEngine(policy_model, tokenizer), tokenizer)
     spec = EnvSpec.of(_manager())
-    return rollout_groups(policy, group_manager(spec), CFG, list(range(len(seeds))), seeds)
+    units = sampling_units(len(seeds), BATCH_GROUPS)
+    return rollout_units(policy, lambda n: units_manager(spec, n), CFG, units, seeds)
 
 
 def _same(a, b):
@@ -94,7 +98,8 @@ def _same(a, b):
         assert x.gen_logprobs == pytest.approx(y.gen_logprobs, abs=1e-5)
 
 
-def test_shards_and_row_splits_cover_everything_once():
+def test_units_shards_and_row_splits_cover_everything_once():
+    assert sampling_units(5, 2) == [[0, 1], [2, 3], [4]]
     assert shard_groups(3, 2) == [[0, 1], [2]]
     assert shard_groups(1, 3) == [[0], [], []]
     lengths = [5, 9, 2, 7, 7]
@@ -108,8 +113,8 @@ def test_workers_play_the_same_trajectories_as_one_process(pool, model):
     local = _one_process(model, seeds)
     distributed = pool.collect(model[0], _manager(), CFG, seeds)
     _same(local, distributed)
-    # the group, not the batch, seeds sampling: groups differ from each other
-    assert len({tuple(t.input_ids) for t in local.trajectories}) > 1
+    # every episode samples its own replies (none shares another's stream)
+    assert len({tuple(t.input_ids) for t in local.trajectories}) == len(local.trajectories)
     assert distributed.stats["scale/weight_sync_s"] > 0  # the first rollout pushes weights
     assert distributed.stats["generated_tokens"] == local.stats["generated_tokens"]
 

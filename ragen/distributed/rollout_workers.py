@@ -1,17 +1,23 @@
 """Rollout workers: Ray actors that each own a copy of the policy and a shard of the groups.
 
-Sampling is seeded by the GROUP, never by the worker: group ``g`` of a rollout with
-sample seed ``s`` is played as its own :func:`ragen.agent.rollout.run_rollout` with
-sample seed ``derive_seed(s, "group", g)`` on a one-group env manager (member dynamics
-seeds come from the run seed, the group's initial-state seed and the member index, as
-in one process). So the trajectories of a step are the same for any number of workers
-(:func:`rollout_groups` in one process = 1, 2, ... workers; ``tests/test_distributed_rollout.py``),
-and a worker that dies is replaced and its groups re-run to the same result.
+Sampling is seeded by the GROUPS, never by the worker. The env groups of a step are cut
+into fixed *sampling units* of ``batch_groups`` consecutive groups
+(``trainer.worker_batch_groups``; :func:`sampling_units`); each unit is played as its
+own :func:`ragen.agent.rollout.run_rollout` (one generate call per turn for the unit's
+episodes) with sample seed ``derive_seed(s, "groups", first group, unit size)``, where
+``s`` is the step's sample seed. Member dynamics seeds come from the run seed, the
+group's initial-state seed and the member index, as in one process. Workers receive
+whole units, so the trajectories of a step are the same for any number of workers
+(:func:`rollout_units` in one process = 1, 2, ... workers;
+``tests/test_distributed_rollout.py``), and a worker that dies is replaced and its units
+re-run to the same result. ``batch_groups`` itself is part of the sampling stream: keep
+it fixed to reproduce a run.
 
 This is NOT the sampling stream of ``trainer.rollout_workers=0`` (one generate call for
 every episode of the step, seeded by the whole batch): runs with 0 and with N >= 1
-workers draw different (equally distributed) samples. Per-group calls cost some
-batching; ``docs/SCALING.md`` has the numbers and the engine change that would remove it.
+workers draw different (equally distributed) samples. Smaller units batch less;
+``docs/SCALING.md`` has the numbers and the engine change (a seed per row) that would
+make units unnecessary.
 
 Weights: the trainer pushes the actor's state to every worker before a rollout whenever
 it changed (after an update, a resume or a rollback): the full state the first time,
@@ -64,33 +70,53 @@ class EnvSpec:
         return json.dumps([self.name, self.config, self.group_size, self.seed], sort_keys=True)
 
 
-def group_manager(spec: EnvSpec):
-    """A one-group :class:`EnvStateManager` with the run's group size and seed."""
+def units_manager(spec: EnvSpec, n_groups: int):
+    """An :class:`EnvStateManager` of ``n_groups`` groups with the run's group size and seed."""
     from ragen.agent.env_manager import EnvStateManager
 
     return EnvStateManager(
-        spec.name, spec.config, env_groups=1, group_size=spec.group_size, seed=spec.seed
+        spec.name, spec.config, env_groups=n_groups, group_size=spec.group_size, seed=spec.seed
     )
 
 
-def rollout_groups(
-    policy: Any, manager: Any, config: RolloutConfig, groups: list[int], seeds: list[int]
+def sampling_units(n_groups: int, batch_groups: int) -> list[list[int]]:
+    """Groups ``0 .. n_groups-1`` in consecutive units of ``batch_groups`` (the last may
+    be shorter): the unit of sampling and of work a worker receives."""
+    if batch_groups < 1:
+        raise ValueError(f"batch_groups must be >= 1, got {batch_groups}")
+    return [
+        list(range(start, min(start + batch_groups, n_groups)))
+        for start in range(0, n_groups, batch_groups)
+    ]
+
+
+def rollout_units(
+    policy: Any,
+    manager_for: Callable[[int], Any],
+    config: RolloutConfig,
+    units: list[list[int]],
+    seeds: list[int],
 ) -> RolloutResult:
-    """Play groups ``groups`` (global indices) from initial-state ``seeds``, one group at a
-    time on the one-group ``manager``; ``config.seed`` is the step's sample seed.
+    """Play ``units`` (lists of global group indices; ``seeds[g]``: group g's initial-state
+    seed), one unit at a time on ``manager_for(len(unit))``; ``config.seed`` is the step's
+    sample seed.
 
     Trajectories carry the global ``group_id`` and ``episode_id = g * group_size + m``,
-    as one process numbers them. One group at a time keeps the engine's prefix cache
-    (the K/V of its last call) useful from turn to turn.
+    as one process numbers them. One unit at a time keeps the engine's prefix cache (the
+    K/V of its last call) useful from turn to turn.
     """
     trajectories, stats = [], defaultdict(float)
-    size = manager.group_size
-    for g, seed in zip(groups, seeds):
-        group_cfg = dataclasses.replace(config, seed=derive_seed(config.seed, "group", int(g)))
-        result = run_rollout(policy, manager, group_cfg, [int(seed)])
+    for unit in units:
+        manager = manager_for(len(unit))
+        size = manager.group_size
+        unit_cfg = dataclasses.replace(
+            config, seed=derive_seed(config.seed, "groups", int(unit[0]), len(unit))
+        )
+        result = run_rollout(policy, manager, unit_cfg, [int(seeds[g]) for g in unit])
         for tr in result.trajectories:
-            tr.group_id = int(g)
-            tr.episode_id = int(g) * size + tr.episode_id
+            g = int(unit[tr.group_id])
+            tr.episode_id = g * size + tr.episode_id % size
+            tr.group_id = g
             trajectories.append(tr)
         for key in _SUMMED:
             stats[key] += float(result.stats.get(key, 0.0))
@@ -134,13 +160,16 @@ class RolloutWorker:
         return time.perf_counter() - tic
 
     def rollout(
-        self, spec: EnvSpec, config: RolloutConfig, groups: list[int], seeds: list[int]
+        self, spec: EnvSpec, config: RolloutConfig, units: list[list[int]], seeds: list[int]
     ) -> RolloutResult:
-        key = spec.key()
-        if key not in self._managers:
-            self._managers[key] = group_manager(spec)
+        def manager_for(n_groups: int):
+            key = f"{spec.key()}/{n_groups}"
+            if key not in self._managers:
+                self._managers[key] = units_manager(spec, n_groups)
+            return self._managers[key]
+
         tic = time.perf_counter()
-        result = rollout_groups(self.policy, self._managers[key], config, groups, seeds)
+        result = rollout_units(self.policy, manager_for, config, units, seeds)
         result.stats["worker_seconds"] = time.perf_counter() - tic
         return result
 
@@ -158,8 +187,9 @@ class RolloutWorkerPool:
     """``N`` :class:`RolloutWorker` actors and the trainer-side logic around them.
 
     ``collect(actor, manager, config, seeds)`` is the trainer's rollout: push weights if
-    the actor changed, deal the groups (:func:`shard_groups`), gather, and replace any
-    worker that died (its groups run again on the new one). ``events`` lists what
+    the actor changed, deal the sampling units (:func:`sampling_units`,
+    :func:`shard_groups`), gather, and replace any worker that died (its units run again
+    on the new one). ``events`` lists what
     happened (restarts) for the trainer to log; ``on_dispatch(worker, pid)``, when set,
     is called after each shard is sent (the fault test kills a worker there).
     """
@@ -176,8 +206,10 @@ class RolloutWorkerPool:
         device: str,
         dtype: Any,
         resources: dict[str, float],
+        batch_groups: int = 1,
     ):
         self.ray = ray
+        self.batch_groups = int(batch_groups)
         self._args = (model_path, lora, device, dtype, max(1, int(resources["num_cpus"] or 1)))
         self.resources = resources
         self._actor_class = ray.remote(**resources)(RolloutWorker)
@@ -235,11 +267,12 @@ class RolloutWorkerPool:
         sync_s = self.sync(actor)
         tic = time.perf_counter()
         spec = EnvSpec.of(manager)
-        shards = [s for s in shard_groups(len(seeds), self.size)]
+        units = sampling_units(len(seeds), self.batch_groups)
+        shards = [[units[u] for u in part] for part in shard_groups(len(units), self.size)]
         pending: dict[Any, int] = {}
-        for w, groups in enumerate(shards):
-            if groups:
-                pending[self._submit(w, spec, config, groups, seeds)] = w
+        for w, shard in enumerate(shards):
+            if shard:
+                pending[self._submit(w, spec, config, shard, seeds)] = w
                 if self.on_dispatch is not None:
                     self.on_dispatch(w, self.pids[w])
         results: dict[int, RolloutResult] = {}
@@ -258,15 +291,16 @@ class RolloutWorkerPool:
                     raise RuntimeError(
                         f"rollout workers died {restarts} times in one rollout; last: {err}"
                     ) from err
-                self._replace(w, reason=str(err).splitlines()[0][:200], groups=shards[w])
+                groups = [g for unit in shards[w] for g in unit]
+                self._replace(w, reason=str(err).splitlines()[0][:200], groups=groups)
                 pending[self._submit(w, spec, config, shards[w], seeds)] = w
         merged = _merge([results[w] for w in sorted(results)], time.perf_counter() - tic)
         merged.stats["scale/weight_sync_s"] = sync_s
         merged.stats["scale/worker_restarts"] = float(restarts)
         return merged
 
-    def _submit(self, w: int, spec: EnvSpec, config: RolloutConfig, groups, seeds):
-        return self.workers[w].rollout.remote(spec, config, groups, [seeds[g] for g in groups])
+    def _submit(self, w: int, spec: EnvSpec, config: RolloutConfig, units, seeds):
+        return self.workers[w].rollout.remote(spec, config, units, [int(x) for x in seeds])
 
     def _replace(self, w: int, reason: str, groups: list[int]) -> None:
         """Start a new worker in slot ``w`` with the current weights."""

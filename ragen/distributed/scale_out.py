@@ -34,6 +34,7 @@ class ScaleOut:
                     device="cuda" if trainer.device.type == "cuda" else "cpu",
                     dtype=trainer.dtype,
                     resources=resources,
+                    batch_groups=t.worker_batch_groups,
                 )
             if t.train_ranks > 1:
                 from .data_parallel import DataParallelUpdater

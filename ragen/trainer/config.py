@@ -217,6 +217,9 @@ class TrainerSection:
     # 0: rollouts in this process; N: N Ray actors, each playing a shard of the groups
     # (sampling seeded per group, so any N >= 1 gives the same trajectories)
     rollout_workers: int = 0
+    # groups a rollout worker plays in one batch (one generate call per turn); the unit
+    # of sampling seeds and of work, so it fixes the samples: keep it to reproduce a run
+    worker_batch_groups: int = 4
     train_ranks: int = 1  # > 1: the actor/critic update data-parallel on torch.distributed
     ray_address: str | None = None  # null: $RAY_ADDRESS when set, else a local Ray instance
     worker_cpus: float = 1.0  # Ray CPUs reserved per rollout worker / training rank
@@ -466,6 +469,9 @@ def _check_ranges(cfg: TrainConfig) -> None:
     if t.rollout_workers < 0:
         _fail("trainer.rollout_workers", f"must be >= 0, got {t.rollout_workers}",
               "0 plays rollouts in this process; N >= 1 uses N Ray actors")  # fmt: skip
+    if t.worker_batch_groups < 1:
+        _fail("trainer.worker_batch_groups", f"must be >= 1, got {t.worker_batch_groups}",
+              "e.g. 4 (groups per generate batch on a rollout worker)")  # fmt: skip
     if t.train_ranks < 1:
         _fail("trainer.train_ranks", f"must be >= 1, got {t.train_ranks}",
               "1 updates in this process; M >= 2 updates data-parallel on M ranks")  # fmt: skip
