@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None) -> None:
         f"{med['rollout in-process'] / med['rollout 2 workers']:.2f}x"
     )
     print(
-        "  per-group vs batched seeding, in-process: "
+        "  sampling units vs one batch, in-process: "
         f"{med['rollout units, in-process'] / med['rollout in-process']:.2f}x the time"
     )
     print(
