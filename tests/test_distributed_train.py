@@ -51,6 +51,7 @@ def _args(model_dir, run_dir, workers, ranks, *extra):
         f"trainer.run_dir={run_dir}",
         f"trainer.rollout_workers={workers}",
         f"trainer.train_ranks={ranks}",
+        "trainer.worker_batch_groups=2",  # units [0, 1] and [2]: both workers play
         *extra,
     ]
 
