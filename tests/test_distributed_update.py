@@ -119,10 +119,15 @@ def _update_capturing_grads(trainer, run):
     return metrics, grads
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_two_ranks_update_equals_one_process(setup, mode):
+@pytest.mark.parametrize(
+    "mode,minibatch",
+    [(mode, 2) for mode in MODES]
+    + [("seq-mean-token-mean", 3)],  # minibatches of 3 and 1 rows: rank 1 gets none in one
+)
+def test_two_ranks_update_equals_one_process(setup, mode, minibatch):
     trainer, batch, start, updater = setup
     trainer.cfg.algo.loss_agg_mode = mode  # the ranks receive the config with each update
+    trainer.cfg.algo.ppo_mini_batch_size = minibatch
     _restore(trainer, start)
     one, grads_one = _update_capturing_grads(trainer, lambda: trainer.update(batch, 0))
     weights_one = _state(trainer)
@@ -153,6 +158,7 @@ def test_two_ranks_update_equals_one_process(setup, mode):
 def test_the_next_update_needs_no_broadcast_and_stays_equal(setup):
     trainer, batch, start, updater = setup
     trainer.cfg.algo.loss_agg_mode = "token-mean"
+    trainer.cfg.algo.ppo_mini_batch_size = 2
     _restore(trainer, start)
     trainer.update(batch, 0)
     trainer.update(batch, 1)
