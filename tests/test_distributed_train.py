@@ -71,6 +71,8 @@ def test_workers_and_ranks_train_save_and_resume_onto_fewer(local_ray, tiny_mode
     assert all(m["scale/update_ranks"] == 2.0 for m in steps)
     assert steps[0]["scale/state_broadcast"] == 1.0 and steps[1]["scale/state_broadcast"] == 0.0
     assert steps[0]["scale/weight_sync_s"] > 0 and steps[1]["scale/weight_sync_s"] > 0
+    # step 2 was sampled by the updated weights: the trainer's recomputed log-probs agree
+    assert steps[1]["actor/gen_logprob_max_diff"] < 1e-4
     last = run / "checkpoints" / "step_000002"
     model = AutoModelForCausalLM.from_pretrained(last / "actor")  # a plain HF folder
     assert sum(p.numel() for p in model.parameters()) > 0
