@@ -164,3 +164,10 @@ def test_missing_ray_names_the_extra(monkeypatch):
     with pytest.raises(ConfigError, match=r"trainer.train_ranks: needs Ray.*ragen\[scale\]"):
         load_config(["env=sokoban", "model=tiny", "trainer.train_ranks=2"])
     load_config(["env=sokoban", "model=tiny"])  # one process needs no Ray
+
+
+def test_more_workers_than_sampling_units_is_a_config_error():
+    base = ["env=sokoban", "model=tiny", "rollout.env_groups=8", "trainer.worker_batch_groups=4"]
+    load_config([*base, "trainer.rollout_workers=2"])  # 2 units, 2 workers
+    with pytest.raises(ConfigError, match=r"3 workers for 2 sampling unit.*worker_batch_groups=2"):
+        load_config([*base, "trainer.rollout_workers=3"])

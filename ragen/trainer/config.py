@@ -472,6 +472,14 @@ def _check_ranges(cfg: TrainConfig) -> None:
     if t.worker_batch_groups < 1:
         _fail("trainer.worker_batch_groups", f"must be >= 1, got {t.worker_batch_groups}",
               "e.g. 4 (groups per generate batch on a rollout worker)")  # fmt: skip
+    units = -(-cfg.rollout.env_groups // max(t.worker_batch_groups, 1))
+    if t.rollout_workers > units:
+        most = max(cfg.rollout.env_groups // t.rollout_workers, 1)
+        _fail("trainer.rollout_workers",
+              f"{t.rollout_workers} workers for {units} sampling unit(s) (rollout.env_groups="
+              f"{cfg.rollout.env_groups} in units of trainer.worker_batch_groups="
+              f"{t.worker_batch_groups}): {t.rollout_workers - units} would stay idle",
+              f"trainer.worker_batch_groups={most}, or fewer workers")  # fmt: skip
     if t.train_ranks < 1:
         _fail("trainer.train_ranks", f"must be >= 1, got {t.train_ranks}",
               "1 updates in this process; M >= 2 updates data-parallel on M ranks")  # fmt: skip
