@@ -213,6 +213,17 @@ class TrainerSection:
     wandb_project: str = "ragen"
     wandb_mode: str = "offline"  # offline (works without a network) | online | disabled
     bf16: bool = True  # autocast to bf16 where the device supports it (CUDA); CPU stays float32
+    # scale-out (ragen.distributed, docs/SCALING.md; needs `pip install ragen[scale]`):
+    # 0: rollouts in this process; N: N Ray actors, each playing a shard of the groups
+    # (sampling seeded per group, so any N >= 1 gives the same trajectories)
+    rollout_workers: int = 0
+    # groups a rollout worker plays in one batch (one generate call per turn); the unit
+    # of sampling seeds and of work, so it fixes the samples: keep it to reproduce a run
+    worker_batch_groups: int = 4
+    train_ranks: int = 1  # > 1: the actor/critic update data-parallel on torch.distributed
+    ray_address: str | None = None  # null: $RAY_ADDRESS when set, else a local Ray instance
+    worker_cpus: float = 1.0  # Ray CPUs reserved per rollout worker / training rank
+    worker_gpus: float | None = None  # Ray GPUs per worker/rank; null: 1 on CUDA, else 0
 
 
 @dataclass
@@ -455,6 +466,37 @@ def _check_ranges(cfg: TrainConfig) -> None:
             f"must be null or >= 1, got {t.log_trajectories_max}",
             "null writes every episode; trainer.save_trajectories=false writes none",
         )
+    if t.rollout_workers < 0:
+        _fail("trainer.rollout_workers", f"must be >= 0, got {t.rollout_workers}",
+              "0 plays rollouts in this process; N >= 1 uses N Ray actors")  # fmt: skip
+    if t.worker_batch_groups < 1:
+        _fail("trainer.worker_batch_groups", f"must be >= 1, got {t.worker_batch_groups}",
+              "e.g. 4 (groups per generate batch on a rollout worker)")  # fmt: skip
+    units = -(-cfg.rollout.env_groups // max(t.worker_batch_groups, 1))
+    if t.rollout_workers > units:
+        most = max(cfg.rollout.env_groups // t.rollout_workers, 1)
+        _fail("trainer.rollout_workers",
+              f"{t.rollout_workers} workers for {units} sampling unit(s) (rollout.env_groups="
+              f"{cfg.rollout.env_groups} in units of trainer.worker_batch_groups="
+              f"{t.worker_batch_groups}): {t.rollout_workers - units} would stay idle",
+              f"trainer.worker_batch_groups={most}, or fewer workers")  # fmt: skip
+    if t.train_ranks < 1:
+        _fail("trainer.train_ranks", f"must be >= 1, got {t.train_ranks}",
+              "1 updates in this process; M >= 2 updates data-parallel on M ranks")  # fmt: skip
+    if t.rollout_workers > 0 or t.train_ranks > 1:
+        from ragen.distributed.ray_setup import INSTALL_HINT, ray_installed
+
+        if not ray_installed():
+            key = "trainer.rollout_workers" if t.rollout_workers > 0 else "trainer.train_ranks"
+            _fail(key, "needs Ray, which is not installed",
+                  f"{INSTALL_HINT}, or trainer.rollout_workers=0 trainer.train_ranks=1 "
+                  "to run in one process")  # fmt: skip
+    for key, value in (
+        ("trainer.worker_cpus", t.worker_cpus),
+        ("trainer.worker_gpus", t.worker_gpus),
+    ):
+        if value is not None and not 0 <= value < float("inf"):
+            _fail(key, f"must be a number >= 0, got {value}", "e.g. 1 (fractions share a device)")
     if t.keep_last is not None and t.keep_last < 1:
         _fail("trainer.keep_last", f"must be null or >= 1, got {t.keep_last}", "null keeps all")
     for key, value in (("model.actor_lr", m.actor_lr), ("model.critic_lr", m.critic_lr)):

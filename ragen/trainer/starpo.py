@@ -143,6 +143,13 @@ class StarPOTrainer:
 
         self.checkpoints = CheckpointManager(self.run_dir, keep_last=t.keep_last)
         self.start_step = self._maybe_resume()
+        # rollout workers / training ranks (trainer.rollout_workers, trainer.train_ranks):
+        # Ray actors and a torch.distributed group, docs/SCALING.md; None: this process only
+        self.scale = None
+        if t.rollout_workers > 0 or t.train_ranks > 1:
+            from ragen.distributed import ScaleOut
+
+            self.scale = ScaleOut(self)
         (self.run_dir / "config.yaml").write_text(to_yaml(cfg))
         self.logger = self._open_logger(self.start_step)
         from .collapse_guard import CollapseGuard
@@ -371,9 +378,16 @@ class StarPOTrainer:
                     stop_note = self._save_on_stop(done)
             finally:
                 self.logger.close()
+                self.close()
         if self.signals.signum is not None:
             raise TrainingInterrupted(self.signals.signum, f"{stop_note} {self.resume_hint()}")
         return history
+
+    def close(self) -> None:
+        """Stop the rollout workers and training ranks, if any (``train()`` does it)."""
+        if self.scale is not None:
+            self.scale.close()
+            self.scale = None
 
     def _save_if_trained(self, step: int) -> None:
         """Save ``step`` unless no step since the last checkpoint (or the start) trained
@@ -458,6 +472,8 @@ class StarPOTrainer:
         from ragen.agent.rollout import run_rollout
 
         cfg = dataclasses.replace(self.rollout_cfg, temperature=temperature, seed=sample_seed)
+        if self.scale is not None and self.scale.collector is not None:
+            return self.scale.rollout(manager, cfg, seeds)  # on the rollout workers
         return run_rollout(self.policy, manager, cfg, seeds)
 
     def train_step(self, step: int) -> dict[str, float]:
@@ -486,6 +502,8 @@ class StarPOTrainer:
         # token-exactness checks of the context: both should stay 0 (docs/ROLLOUT.md)
         for key in ("context_inexact", "context_fallbacks"):
             metrics[f"rollout/{key}"] = float(result.stats.get(key, 0.0))
+        if self.scale is not None:  # weight-sync time, worker restarts (logged as events)
+            metrics.update(self.scale.after_rollout(step + 1, result.stats))
         if t.reasoning_samples:
             # reasoning/cond_entropy, reasoning/mutual_info: does the thought still depend
             # on the prompt? (one extra forward pass, ragen.trainer.reasoning_stats)
@@ -545,7 +563,9 @@ class StarPOTrainer:
 
         tic = time.perf_counter()
         self.signals.abandonable = False  # from here on the step changes weights: it finishes
-        update_metrics = self.update(batch, step)
+        updater = self.scale.updater if self.scale is not None else None
+        # train_ranks > 1: this same update, data-parallel (ragen.distributed.data_parallel)
+        update_metrics = (updater or self).update(batch, step)
         self._step_trained = True
         metrics.update(update_metrics)
         timing["timing/update"] = time.perf_counter() - tic
