@@ -92,6 +92,9 @@ class ModelConfig:
         "auto"  # auto (float32 weights, bf16 autocast on CUDA) | float32 | bfloat16 | float16
     )
     device: str = "auto"  # auto | cpu | cuda | cuda:N
+    # generation engine (ragen.engines.compiled): eager | static (faster decode step, same
+    # samples) | compiled (static + torch.compile / CUDA graphs, a one-off compile)
+    engine: str = "static"
     actor_lr: float = 1e-6
     critic_lr: float = 1e-5
     weight_decay: float = 0.0
@@ -388,6 +391,7 @@ def _check_choices(cfg: TrainConfig) -> None:
     check_choice("algo.advantage_tokens", a.advantage_tokens, ADVANTAGE_TOKENS)
     check_choice("algo.reward_placement", a.reward_placement, REWARD_PLACEMENTS)
     check_choice("model.dtype", cfg.model.dtype, DTYPE_CHOICES)
+    check_choice("model.engine", cfg.model.engine, ("eager", "static", "compiled"))
     check_device_spec(cfg.model.device, key="model.device")
     check_choice("trainer.wandb_mode", cfg.trainer.wandb_mode, WANDB_MODES)
 

@@ -211,7 +211,7 @@ class StarPOTrainer:
     def _build_rollout(self) -> None:
         from ragen.agent.env_manager import EnvStateManager
         from ragen.agent.policies import ModelPolicy
-        from ragen.engines.hf import HFEngine
+        from ragen.engines.compiled import make_hf_engine
 
         c, r = self.cfg, self.cfg.rollout
         env_config = dict(c.env.config)
@@ -230,7 +230,7 @@ class StarPOTrainer:
             seed=c.trainer.seed,
         )
         # The engine wraps the training model itself: generation always sees the latest weights.
-        self.engine = HFEngine(self.actor, self.tokenizer)
+        self.engine = make_hf_engine(self.actor, self.tokenizer, c.model.engine)
         self.policy = ModelPolicy(self.engine, self.tokenizer)
         self.rollout_cfg = r  # per rollout: a copy with its temperature and seed
 
