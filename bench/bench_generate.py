@@ -32,7 +32,7 @@ Decode step, engine against engine (``--engines``, default ``before,eager,static
 ``compiled`` for ``torch.compile``): ONE call of ``--batch`` prompts x ``--new`` tokens
 without stop strings per engine, repeated and interleaved, best run. It prints the
 prefill and the per-step decode time (``GenerationStats.prefill_seconds`` /
-``decode_steps``, wall clock), the ratio to ``before`` (``HFEngine`` as it was before
+``decode_steps``, in CPU seconds of the process), the ratio to ``before`` (``HFEngine`` as it was before
 the static step: the same loop with a ``torch.multinomial`` draw), whether each engine
 sampled exactly the ids of ``eager`` (max |log-prob difference| beside), and the share
 of the step's roofline: ``max(FLOPs / peak FLOP/s, bytes / peak bytes/s)`` with the
@@ -116,19 +116,20 @@ def before_engine(model, tokenizer):
 
 
 def machine_peaks() -> tuple[float, float]:
-    """(fp32 FLOP/s of one 1024^3 matmul, bytes/s of summing 256 MB) on this process's threads."""
+    """(fp32 FLOP/s of one 1024^3 matmul, bytes/s of summing 256 MB) per CPU second of
+    this process (its threads' peak; memory bandwidth is shared with other jobs)."""
     import torch
 
     a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
     big = torch.randn(64 * 1024 * 1024)
     flops, bw = 0.0, 0.0
-    for _ in range(5):
-        tic = time.perf_counter()
+    for _ in range(5):  # CPU seconds, best of 5: other jobs on the machine inflate wall time
+        tic = time.process_time()
         a @ b
-        flops = max(flops, 2 * 1024**3 / (time.perf_counter() - tic))
-        tic = time.perf_counter()
+        flops = max(flops, 2 * 1024**3 / (time.process_time() - tic))
+        tic = time.process_time()
         big.sum()
-        bw = max(bw, big.numel() * 4 / (time.perf_counter() - tic))
+        bw = max(bw, big.numel() * 4 / (time.process_time() - tic))
     return flops, bw
 
 
@@ -163,9 +164,16 @@ def decode_table(model, tokenizer, prompts, new: int, repeats: int, names: list[
         for name in names
     }
     params = SamplingParams(temperature=1.0, max_new_tokens=new, stop_strings=[], seed=0)
+    # The engines' stats in CPU seconds of this process (steadier than wall time on a
+    # shared machine; equal to it on an idle one with one thread).
+    import types
+
+    import ragen.engines.hf as hf_module
+
+    hf_module.time = types.SimpleNamespace(perf_counter=time.process_time)
     warm = {}
     for name, engine in engines.items():  # compile (if any) and allocator warm-up
-        tic = time.perf_counter()
+        tic = time.perf_counter()  # wall: inductor compiles in worker processes
         engine.generate(prompts[:8], SamplingParams(max_new_tokens=4, seed=0))
         warm[name] = time.perf_counter() - tic
     best: dict[str, tuple[float, float]] = {}

@@ -170,3 +170,26 @@ def test_compiled_matches_eager(tok, monkeypatch):
     assert not engine._compile_failed
     _assert_same(HFEngine(model, tok).generate(_prompts(tok), params), compiled)
     assert engine.compile_seconds > 0
+
+
+def test_stop_prefilter_is_exact(model, tok):
+    """Skipping the tail decode for rows whose new token cannot end a stop string
+    changes nothing: same stops, same ids (stop strings made of several tokens, ending
+    in the middle of a token's text)."""
+    think_end, answer_open = tok.convert_tokens_to_ids(["</think>", "<answer>"])
+    vec = torch.zeros(model.config.vocab_size)
+    vec[[think_end, answer_open]] = 6.0
+    handle = model.lm_head.register_forward_hook(lambda mod, inp, out: out + vec)
+    try:
+        stops = ["</think><answer>", "er>", "5 a"]
+        params = SamplingParams(temperature=1.0, max_new_tokens=30, stop_strings=stops, seed=3)
+        plain = HFEngine(model, tok)
+        plain.prefilter_stops = False
+        reference = plain.generate(_prompts(tok), params)
+        filtered = StaticHFEngine(model, tok).generate(_prompts(tok), params)
+    finally:
+        handle.remove()
+    assert any(g.finish_reason == "stop" for g in reference)
+    _assert_same(reference, filtered)
+    may_stop = HFEngine(model, tok)._may_complete_stop(["é"])  # non-ASCII: no filter
+    assert may_stop(0) and may_stop(answer_open)

@@ -385,6 +385,7 @@ class HFEngine:
         self._keeps_last_logits_only = _accepts_logits_to_keep(model)
         self.prefix_cache = prefix_cache
         self._store = PrefixStore()
+        self._stop_filters: dict[tuple[str, ...], object] = {}
 
     def reset_stats(self) -> None:
         self.stats.reset()
@@ -500,7 +501,8 @@ class HFEngine:
                 if ids_list[i] in eos:
                     reasons[row], alive[i] = "eos", False
             if stops:
-                check = [i for i in running if alive[i]]
+                may_stop = self._may_complete_stop(stops)
+                check = [i for i in running if alive[i] and may_stop(ids_list[i])]
                 tails = self.tokenizer.batch_decode(
                     [token_ids[rows[i]][-window:] for i in check],
                     skip_special_tokens=False,
@@ -530,6 +532,41 @@ class HFEngine:
             self._keep_rows(new_store, layers, range(len(rows)), rows, prompts, token_ids, width)
             self._store = new_store
         return self._finish(token_ids, logprobs, reasons)
+
+    #: skip the stop-string decode for rows whose new token cannot complete one (exact;
+    #: see _may_complete_stop); False decodes every row's tail every step
+    prefilter_stops = True
+
+    def _may_complete_stop(self, stops: list[str]):
+        """``f(token_id) -> bool``: False only when that token cannot complete any of
+        ``stops``.
+
+        A stop string absent from the tail before a token and present after it ends
+        inside that token's text, so the token's text contains the string's LAST
+        character. For ASCII last characters this holds for byte-level tokens too
+        (an ASCII byte decodes to itself even next to a partial UTF-8 sequence), so
+        the filter is exact; otherwise every token is a candidate. Decoding each vocab
+        entry once per stop set replaces decoding ~128 tails of ~40 tokens every step
+        (~2.5 ms of a 10 ms step of tiny:nano x 128 rows).
+        """
+        key = tuple(stops)
+        cached = self._stop_filters.get(key)
+        if cached is not None:
+            return cached
+        last = {s[-1] for s in stops}
+        if not self.prefilter_stops or not all(c.isascii() for c in last):
+            fn = _always
+        else:
+            vocab = len(self.tokenizer)
+            texts = self.tokenizer.batch_decode(
+                [[i] for i in range(vocab)],
+                skip_special_tokens=False,
+                clean_up_tokenization_spaces=False,
+            )
+            hits = frozenset(i for i, text in enumerate(texts) if any(c in text for c in last))
+            fn = functools.partial(_member_or_out_of_range, hits, vocab)
+        self._stop_filters[key] = fn
+        return fn
 
     # -- the decode step; ragen.engines.compiled overrides these three ------------------
     def _decode_mask(self, attention, capacity: int):
@@ -611,6 +648,16 @@ class HFEngine:
             Generation(token_ids=t, logprobs=lp, text=text, finish_reason=r)
             for t, lp, text, r in zip(token_ids, logprobs, texts, reasons)
         ]
+
+
+def _always(token_id: int) -> bool:
+    return True
+
+
+def _member_or_out_of_range(hits: frozenset, vocab: int, token_id: int) -> bool:
+    """A token the filter knows and found, or one past the tokenizer's vocabulary (the
+    model's embedding may be larger): unknown, so checked."""
+    return token_id in hits or token_id >= vocab
 
 
 def _preallocated_layers(cache):

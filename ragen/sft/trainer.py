@@ -50,6 +50,10 @@ class SFTConfig:
     lora_rank: int = 0  # 0 = full fine-tuning
     lora_alpha: int = 16
     only_successful: bool = False  # keep only episodes the (noisy) expert solved
+    # forward + backward under bf16 autocast on a CPU with bf16 instructions (weights,
+    # grads and AdamW stay float32; ragen.models.precision); docs/RESULTS.md, "Rollout
+    # and update speed", has the speed and the loss curves of both
+    bf16: bool = False
 
     def validate(self) -> None:
         """Raise :class:`~ragen.errors.ConfigError` naming the option and the fix."""
@@ -134,6 +138,9 @@ def train_sft(model, tokenizer, data: list[Trajectory], cfg: SFTConfig, log=prin
         optimizer,
         lambda s: 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(s, total) / max(total, 1))),
     )
+    from ragen.models.precision import cpu_autocast
+
+    autocast = cpu_autocast(cfg.bf16 and device.type == "cpu")
     history = []
     model.train()
     step = 0
@@ -146,7 +153,8 @@ def train_sft(model, tokenizer, data: list[Trajectory], cfg: SFTConfig, log=prin
             total_tokens = float(batch.response_mask.sum())
             loss_sum = 0.0
             for _, mb in micro_batches(batch, range(batch.size), cfg.micro_token_budget):
-                nll, _ = sft_loss(model, mb.to(device))
+                with autocast:
+                    nll, _ = sft_loss(model, mb.to(device))
                 (nll / total_tokens).backward()
                 loss_sum += float(nll.detach())
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, 1.0))

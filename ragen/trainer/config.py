@@ -216,6 +216,10 @@ class TrainerSection:
     wandb_project: str = "ragen"
     wandb_mode: str = "offline"  # offline (works without a network) | online | disabled
     bf16: bool = True  # autocast to bf16 where the device supports it (CUDA); CPU stays float32
+    # the same on a CPU with bf16 instructions (avx512_bf16 / AMX): log-probs, values and the
+    # update under bf16 autocast; generation stays float32 (docs/RESULTS.md, "Rollout and
+    # update speed", measured the speed and the effect on learning)
+    bf16_cpu: bool = False
 
 
 @dataclass
