@@ -96,10 +96,13 @@ def hf_generate(model, pad_id: int, prompts, new_tokens: int, eos_ids: set[int],
 
 
 def before_engine(model, tokenizer):
-    """``HFEngine`` as it was before the static step: its draw was ``torch.multinomial``."""
+    """``HFEngine`` as it was before the static step: its draw was ``torch.multinomial``
+    and it decoded every running row's tail for stop strings every step."""
     from ragen.engines.hf import HFEngine, truncate_logprobs
 
     class BeforeEngine(HFEngine):
+        prefilter_stops = False  # it decoded every running row's tail every step
+
         def _sample(self, logits, params, generator):
             import torch
 
