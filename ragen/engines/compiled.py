@@ -22,13 +22,21 @@ of ``tiny:nano`` spent its time (one thread, ``bench/bench_generate.py --profile
 * ``torch.multinomial`` (now the inverse-CDF draw of ``sample_next_token``, shared by
   both engines).
 
-``compile=True`` wraps the step (model forward + the log-softmax; the draw stays
-outside so a seeded generator is never traced) in ``torch.compile``: inductor on CPU,
-``mode="reduce-overhead"`` (CUDA graphs) on a GPU. K/V lengths grow by one each step,
-so the length is a dynamic dimension and one graph serves a whole call; the batch is
-whatever the base loop's row dropping leaves. If compiling fails (no C++ compiler, an
-unsupported model), the engine says so once and runs the step uncompiled. Compile
-time is paid once per process and shape family and reported in ``compile_seconds``.
+``compile=True`` wraps the step (the model forward; the draw stays outside, so a
+seeded generator is never traced) in ``torch.compile`` with inductor. K/V lengths
+grow by one each step, so the length is a dynamic dimension and one graph serves a
+whole call; the batch is whatever the base loop's row dropping leaves. If compiling
+fails (no C++ compiler, an unsupported model), the engine says so once and runs the
+step uncompiled. Compile time is paid once per process and reported in
+``compile_seconds``.
+
+CUDA graphs (``compile_options={"mode": "reduce-overhead"}``) need shapes that do not
+change between steps; with the growing K/V length they would record a graph per
+length, so they are not the default. The fixed-shape variant (K/V written at a tensor
+position with ``index_copy_``, every step attending over the whole capacity under the
+mask) was prototyped on CPU: it compiled (104 s under load) to 10.2 ms/step against
+12.5 ms uncompiled, no better than the dynamic graph, and no GPU was available to
+measure the case it exists for (docs/RESULTS.md, "Rollout and update speed").
 """
 
 from __future__ import annotations
@@ -189,11 +197,7 @@ class StaticHFEngine(HFEngine):
             try:
                 import torch
 
-                options = {
-                    "mode": "reduce-overhead" if self.device.type == "cuda" else None,
-                    "dynamic": True,
-                    **self.compile_options,
-                }
+                options = {"dynamic": True, **self.compile_options}
                 self._compiled = torch.compile(self._forward, **options)
                 self._first_call = True
             except Exception as exc:  # noqa: BLE001 -- any failure means: run uncompiled
