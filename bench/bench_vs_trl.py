@@ -20,7 +20,9 @@ One process runs both trainers, one after the other, on the same task and budget
 
 Timing: the first step of each is warm-up and not counted; steps/s = counted steps /
 their seconds; tokens/s = generated (completion) tokens of the counted steps / the
-same seconds. TRL generates with ``model.generate`` (transformers), ragen with its
+same seconds. On a shared machine the load drifts between the two runs, so
+``--rounds`` (default 2) repeats the pair with fresh trainers, alternating which goes
+first, and sums the counted steps of all rounds. TRL generates with ``model.generate`` (transformers), ragen with its
 own engine (``--engine``, default ``static``). TRL is a bench-only dependency (the
 ``bench`` extra); without it this prints how to install it and exits 2.
 """
@@ -191,6 +193,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--device", default="cpu")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rounds", type=int, default=2, help="pairs of runs, alternating order")
     args = p.parse_args(argv)
     try:
         import trl  # noqa: F401
@@ -209,15 +212,25 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = create_tiny(Path(tmp) / "model", size=args.size, seed=args.seed)
         data = capture_prompts(args.env, args.prompts * 4, args.seed, build_tokenizer("chatml"))
-        ours = run_ragen(model_dir, args, Path(tmp) / "ragen")
-        theirs = run_trl(model_dir, data, args, Path(tmp) / "trl")
+        totals = {"ragen": [0.0, 0, 0], "TRL": [0.0, 0, 0]}
+        for round_ in range(args.rounds):
+            order = ("ragen", "TRL") if round_ % 2 == 0 else ("TRL", "ragen")
+            for name in order:
+                if name == "ragen":
+                    got = run_ragen(model_dir, args, Path(tmp) / f"ragen{round_}")
+                else:
+                    got = run_trl(model_dir, data, args, Path(tmp) / f"trl{round_}")
+                totals[name] = [a + b for a, b in zip(totals[name], got)]
+                print(f"round {round_ + 1} {name}: {got[2]} steps in {got[0]:.2f}s", flush=True)
+        ours, theirs = totals["ragen"], totals["TRL"]
     import trl
 
     print(
         f"GRPO on {args.env}, tiny:{args.size}, {args.prompts} prompts x {args.group_size} "
         f"samples per step, <= {args.max_new_tokens} new tokens, device={args.device}, "
         f"torch threads {torch.get_num_threads()}, TRL {trl.__version__}, ragen engine "
-        f"{args.engine}; {args.steps} counted steps after one warm-up step each"
+        f"{args.engine}; {args.rounds} rounds x {args.steps} counted steps after one warm-up "
+        "step each"
     )
     head = f"{'trainer':<12} {'steps':>5} {'seconds':>8} {'steps/s':>8} {'gen tokens':>10} {'tok/s':>8}"
     print(head)

@@ -4,8 +4,10 @@ decode attention, and (optionally) a compiled step.
     engine = StaticHFEngine(model, tokenizer)                  # rollout.engine=static
     engine = StaticHFEngine(model, tokenizer, compile=True)    # rollout.engine=compiled
 
-Same interface, same outputs as ``HFEngine`` (same sampled ids for the same seed, the
-same log-probs within float tolerance; ``tests/test_engines_static.py``): prefill,
+Same interface, same outputs as ``HFEngine`` (the same sampled ids for the same seed,
+log-probs equal within ~1e-6; ``tests/test_engines_static.py``; the kernels differ, so
+a draw whose uniform lands within float rounding of a CDF boundary can flip: 1 row of
+128 at step 60 of 64 in ``bench.bench_generate --size micro``): prefill,
 prefix reuse across turns, per-row finishing, stop strings and seeded sampling are
 the base class's code. Only the decode step differs. Where the eager step of 128 rows
 of ``tiny:nano`` spent its time (one thread, ``bench/bench_generate.py --profile``):
