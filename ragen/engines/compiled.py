@@ -129,8 +129,9 @@ class StaticHFEngine(HFEngine):
     ``compile``: False (uncompiled, ``model.engine=static``), True (``torch.compile``
     the step, ``model.engine=compiled``); ``compile_options`` override the arguments of
     ``torch.compile`` (e.g. ``{"backend": "aot_eager"}``, which the tests use: the same
-    graph capture without inductor's C++ build). ``compile_seconds`` accumulates the time of
-    the steps that compiled (the first of each new graph).
+    graph capture without inductor's C++ build). ``compile_seconds`` is the time of the
+    first compiled step (the compile, plus one step; a later recompile, e.g. for a batch
+    of one row, is not counted).
     """
 
     def __init__(
@@ -153,6 +154,7 @@ class StaticHFEngine(HFEngine):
         self.compile_options = dict(compile_options or {})
         self.compile_seconds = 0.0
         self._compiled = None
+        self._first_call = False  # the next compiled step is the first (times the compile)
         self._compile_failed = False
 
     # -- overrides of HFEngine's decode step -----------------------------------------------
@@ -173,7 +175,7 @@ class StaticHFEngine(HFEngine):
             return super()._decode_step(cache, attention, ids, positions)
         length = cache.get_seq_length() + 1
         step = self._step_function()
-        tic = time.perf_counter() if self._compiled is not None and self._first_call else None
+        tic = time.perf_counter() if self._first_call else None
         logits = step(cache, attention[:, None, None, :length], ids, positions)
         if tic is not None:
             self.compile_seconds += time.perf_counter() - tic
