@@ -93,7 +93,7 @@ class ModelConfig:
     )
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     # generation engine (ragen.engines.compiled): eager | static (faster decode step, same
-    # samples) | compiled (static + torch.compile / CUDA graphs, a one-off compile)
+    # samples) | compiled (static + torch.compile, a one-off compile of seconds to minutes)
     engine: str = "static"
     actor_lr: float = 1e-6
     critic_lr: float = 1e-5
@@ -215,7 +215,7 @@ class TrainerSection:
     wandb: bool = False
     wandb_project: str = "ragen"
     wandb_mode: str = "offline"  # offline (works without a network) | online | disabled
-    bf16: bool = True  # autocast to bf16 where the device supports it (CUDA); CPU stays float32
+    bf16: bool = True  # autocast to bf16 where the device supports it (CUDA); CPU: bf16_cpu
     # the same on a CPU with bf16 instructions (avx512_bf16 / AMX): log-probs, values and the
     # update under bf16 autocast; generation stays float32 (docs/RESULTS.md, "Rollout and
     # update speed", measured the speed and the effect on learning)
