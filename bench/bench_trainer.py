@@ -17,6 +17,13 @@ overhead and padding waste.
 so the two precisions are compared side by side; ``--size`` picks the tiny preset::
 
     .venv/bin/python -m bench.bench_trainer --size nano --bf16-cpu off,on --threads 1
+
+``--sft-episodes N`` (N > 0) measures the SFT step the same way instead: one epoch of
+``ragen.sft.trainer.train_sft`` on N expert episodes of ``--env`` (batch 32, compact
+prompts), then the bare loop over the same real tokens and optimizer steps, with
+``SFTConfig.bf16`` (and the bare loop's autocast) per ``--bf16-cpu`` setting::
+
+    .venv/bin/python -m bench.bench_trainer --size nano --sft-episodes 128 --bf16-cpu off,on --threads 1
 """
 
 from __future__ import annotations
@@ -65,10 +72,46 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--size", default="micro", help="tiny preset (model=tiny:SIZE)")
     p.add_argument("--bf16-cpu", default="off", help="comma-separated of off,on")
+    p.add_argument("--sft-episodes", type=int, default=0, help="> 0: measure the SFT step")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     for setting in args.bf16_cpu.split(","):
-        run(args, setting == "on")
+        (run_sft if args.sft_episodes else run)(args, setting == "on")
+
+
+def run_sft(args, bf16: bool) -> None:
+    """One epoch of SFT against the bare loop over the same tokens (see the module doc)."""
+    from ragen.agent.rollout import RolloutConfig
+    from ragen.models.precision import cpu_autocast
+    from ragen.models.tiny import build_model, build_tokenizer
+    from ragen.sft.trainer import SFTConfig, make_expert_data, train_sft
+    from ragen.trainer.batching import collate
+
+    tok = build_tokenizer("chatml")
+    rollout = RolloutConfig(max_turns=5, max_new_tokens=48, prompt_style=args.prompt_style)
+    cfg = SFTConfig(
+        env=args.env,
+        rollout=rollout,
+        episodes=args.sft_episodes,
+        epochs=1,
+        batch_size=32,
+        bf16=bf16,
+    )
+    data = make_expert_data(tok, cfg)
+    model = build_model(args.size, tok, seed=0)
+    tic = time.perf_counter()
+    history = train_sft(model, tok, data, cfg, log=lambda m: None)
+    sft_s = time.perf_counter() - tic
+    batch = collate(data, tok.pad_token_id)
+    tokens = float(batch.attention_mask.sum())
+    bare_s = bare_update(model, None, batch, len(history), cpu_autocast(bf16))
+    print(
+        f"SFT {args.env}: {len(data)} sequences, {int(tokens)} real tokens, {len(history)} "
+        f"optimizer steps, tiny:{args.size}, {args.threads} threads, SFTConfig.bf16={bf16}"
+    )
+    print(f"SFT steps:  {tokens / sft_s:8.0f} tokens/s  ({sft_s:.2f}s)")
+    print(f"bare loop:  {tokens / bare_s:8.0f} tokens/s  ({bare_s:.2f}s)")
+    print(f"ratio SFT/bare: {bare_s / sft_s:.2f}")
 
 
 def run(args, bf16_cpu: bool) -> None:
