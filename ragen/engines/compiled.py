@@ -1,28 +1,31 @@
 """A faster decode step for :class:`~ragen.engines.hf.HFEngine`: static buffers, a GQA
 decode attention, and (optionally) a compiled step.
 
-    engine = StaticHFEngine(model, tokenizer)                  # rollout.engine=static
-    engine = StaticHFEngine(model, tokenizer, compile=True)    # rollout.engine=compiled
+    engine = StaticHFEngine(model, tokenizer)                  # model.engine=static
+    engine = StaticHFEngine(model, tokenizer, compile=True)    # model.engine=compiled
 
 Same interface, same outputs as ``HFEngine`` (the same sampled ids for the same seed,
 log-probs equal within ~1e-6; ``tests/test_engines_static.py``; the kernels differ, so
 a draw whose uniform lands within float rounding of a CDF boundary can flip: 1 row of
 128 at step 60 of 64 in ``bench.bench_generate --size micro``): prefill,
 prefix reuse across turns, per-row finishing, stop strings and seeded sampling are
-the base class's code. Only the decode step differs. Where the eager step of 128 rows
-of ``tiny:nano`` spent its time (one thread, ``bench/bench_generate.py --profile``):
+the base class's code. Only the decode step differs. What it changes, from a
+``torch.profiler`` trace of the eager step of 128 rows of ``tiny:nano`` (one thread;
+docs/RESULTS.md, "Rollout and update speed", has the figures):
 
 * ``scaled_dot_product_attention`` with one query per row read the K/V views through
-  its long-query kernel, ~1.6 ms per layer for 16 MB of K/V (~10 GB/s, a quarter of
-  this core's bandwidth). :func:`gqa_decode_attention` computes the same softmax with
-  two batched matmuls straight on the preallocated buffers (the kv heads of a group
-  share one read), at about the memory roofline;
+  its long-query kernel, ~1.6 ms per layer for 16 MB of K/V (~10 GB/s).
+  :func:`gqa_decode_attention` computes the same softmax with two batched matmuls
+  straight on the preallocated buffers (the query heads of a group share one read of
+  their kv head): ~1.2 ms per layer, still well below this core's ~38 GB/s (256 tiny
+  GEMMs per call); a fused decode-attention kernel is what would reach it;
 * transformers rebuilt a 4-D mask from the 2-D 0/1 mask every step (and ``torch.cat``
   grew it by one column). Here an additive ``(b, capacity)`` mask is built ONCE per
   call (``-inf`` on left padding, 0 elsewhere) and each step passes its first
   ``length`` columns as a 4-D view, which transformers uses as is;
-* ``torch.multinomial`` (now the inverse-CDF draw of ``sample_next_token``, shared by
-  both engines).
+* (shared with ``HFEngine``, so not this class's doing) ``torch.multinomial``, 6.4 ms
+  per step, became the inverse-CDF draw of ``sample_next_token`` (0.7 ms), and the
+  stop-string tail decode runs only for rows whose new token can end a stop string.
 
 ``compile=True`` wraps the step (the model forward; the draw stays outside, so a
 seeded generator is never traced) in ``torch.compile`` with inductor. K/V lengths
