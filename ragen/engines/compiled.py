@@ -244,9 +244,10 @@ ENGINE_CHOICES = ("eager", "static", "compiled")
 def make_hf_engine(model, tokenizer, engine: str = "static", **kwargs) -> HFEngine:
     """The token engine named by ``engine`` (one of :data:`ENGINE_CHOICES`) over ``model``.
 
-    All three sample the same ids for the same seed; ``static`` is the default because it
-    was the fastest on the CPU we measured (docs/RESULTS.md, "Rollout and update speed")
-    and costs nothing to start; ``compiled`` adds a one-off compile of several seconds.
+    All three sample the same ids for the same seed (up to float-rounding flips, see the
+    module doc); ``static`` is the default: 1.5x ``before`` per step on the dev CPU,
+    within 5-13% of ``compiled``, and nothing to compile (docs/RESULTS.md, "Rollout and
+    update speed"); ``compiled`` adds a one-off compile of seconds to minutes.
     """
     if engine == "eager":
         return HFEngine(model, tokenizer, **kwargs)
