@@ -191,5 +191,6 @@ def test_stop_prefilter_is_exact(model, tok):
         handle.remove()
     assert any(g.finish_reason == "stop" for g in reference)
     _assert_same(reference, filtered)
-    may_stop = HFEngine(model, tok)._may_complete_stop(["é"])  # non-ASCII: no filter
-    assert may_stop(0) and may_stop(answer_open)
+    for unfiltered in (["é"], ["done "]):  # non-ASCII or whitespace last character
+        may_stop = HFEngine(model, tok)._may_complete_stop(unfiltered)
+        assert may_stop(0) and may_stop(answer_open)
