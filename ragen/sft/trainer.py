@@ -44,10 +44,11 @@ class SFTConfig:
     seed: int = 0
     epochs: int = 2
     batch_size: int = 32  # sequences per optimizer step
-    # padded tokens per forward/backward micro-batch. Small packs of similar lengths pad
-    # less: on Sokoban expert data 4096 pads 9% against 20% at 16384, and one epoch ran
-    # 1.3-1.4x faster with the same losses (docs/RESULTS.md, "Rollout and update speed")
-    micro_token_budget: int = 4096
+    # padded tokens per forward/backward micro-batch. 4096 pads Sokoban expert data 9%
+    # (16384: 20%) and ran an epoch 1.3-1.4x faster with the same losses, but in one
+    # demo-length run the grid phase change came later; kept at 16384 until measured on
+    # more seeds (docs/RESULTS.md, "Rollout and update speed")
+    micro_token_budget: int = 16384
     lr: float = 5e-4
     weight_decay: float = 0.0
     lora_rank: int = 0  # 0 = full fine-tuning
@@ -55,9 +56,10 @@ class SFTConfig:
     only_successful: bool = False  # keep only episodes the (noisy) expert solved
     # forward + backward under bf16 autocast on a CPU with bf16 instructions (weights,
     # grads and AdamW stay float32; a no-op elsewhere: ragen.models.precision). On the
-    # dev CPU (avx512_bf16) a Sokoban warm start ran 1.39x faster with the same loss
-    # curve to 3 decimals (docs/RESULTS.md, "Rollout and update speed")
-    bf16: bool = True
+    # dev CPU (avx512_bf16) 1.4x faster, the same loss for 16 steps, but in the demo's
+    # 1,032-step Sokoban warm start the loss plateau lasted longer (docs/RESULTS.md,
+    # "Rollout and update speed"), so it is off by default
+    bf16: bool = False
 
     def validate(self) -> None:
         """Raise :class:`~ragen.errors.ConfigError` naming the option and the fix."""
