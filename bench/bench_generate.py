@@ -27,6 +27,20 @@ Methods:
   what the preallocated cache buys.
 
 Generated tokens are counted up to and including EOS for every method.
+
+Decode step, engine against engine (``--engines``, default ``before,eager,static``; add
+``compiled`` for ``torch.compile``): ONE call of ``--batch`` prompts x ``--new`` tokens
+without stop strings per engine, repeated and interleaved, best run. It prints the
+prefill and the per-step decode time (``GenerationStats.prefill_seconds`` /
+``decode_steps``, in CPU seconds of the process), the ratio to ``before`` (``HFEngine`` as it was before
+the static step: the same loop with a ``torch.multinomial`` draw), whether each engine
+sampled exactly the ids of ``eager`` (max |log-prob difference| beside), and the share
+of the step's roofline: ``max(FLOPs / peak FLOP/s, bytes / peak bytes/s)`` with the
+FLOPs and bytes of one step (``2 * rows * (params)`` + attention ``4 * rows * layers *
+H * D * L``; weights + K/V read once) and the peaks measured here (one large fp32
+matmul, one large sum)::
+
+    .venv/bin/python -m bench.bench_generate --size nano --scenarios none --engines before,eager,static,compiled
 """
 
 from __future__ import annotations
@@ -81,6 +95,146 @@ def hf_generate(model, pad_id: int, prompts, new_tokens: int, eos_ids: set[int],
     return [_until_eos(row, eos_ids) for row in out[:, width:].tolist()]
 
 
+def before_engine(model, tokenizer):
+    """``HFEngine`` as it was before the static step: its draw was ``torch.multinomial``
+    and it decoded every running row's tail for stop strings every step."""
+    from ragen.engines.hf import HFEngine, truncate_logprobs
+
+    class BeforeEngine(HFEngine):
+        prefilter_stops = False  # it decoded every running row's tail every step
+
+        def _sample(self, logits, params, generator):
+            import torch
+
+            t = params.temperature
+            logp = torch.log_softmax(logits.float() / (t if t > 0 else 1.0), dim=-1)
+            if t == 0:
+                ids = logp.argmax(dim=-1)
+            else:
+                probs = truncate_logprobs(logp, params.top_p, params.top_k).softmax(dim=-1)
+                ids = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+            return ids, logp.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+
+    return BeforeEngine(model, tokenizer, prefix_cache=False)
+
+
+def machine_peaks() -> tuple[float, float]:
+    """(fp32 FLOP/s of one 1024^3 matmul, bytes/s of summing 256 MB) per CPU second of
+    this process (its threads' peak; memory bandwidth is shared with other jobs)."""
+    import torch
+
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    big = torch.randn(64 * 1024 * 1024)
+    flops, bw = 0.0, 0.0
+    for _ in range(5):  # CPU seconds, best of 5: other jobs on the machine inflate wall time
+        tic = time.process_time()
+        a @ b
+        flops = max(flops, 2 * 1024**3 / (time.process_time() - tic))
+        tic = time.process_time()
+        big.sum()
+        bw = max(bw, big.numel() * 4 / (time.process_time() - tic))
+    return flops, bw
+
+
+def step_cost(model, rows: int, context: int) -> tuple[float, float]:
+    """(FLOPs, bytes) of one decode step: ``rows`` new tokens over ``context`` positions."""
+    cfg = model.config
+    params = sum(p.numel() for p in model.parameters())
+    embed = model.get_input_embeddings().weight.numel()
+    tied = model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    matmul_params = (
+        params - embed + (embed if tied else 0)
+    )  # the lm_head multiplies, lookup does not
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    layers, kv_heads = cfg.num_hidden_layers, cfg.num_key_value_heads
+    attention = 4 * rows * layers * cfg.num_attention_heads * head_dim * context
+    flops = 2 * rows * matmul_params + attention
+    kv_bytes = 2 * rows * layers * kv_heads * head_dim * context * 4
+    return flops, params * 4 + kv_bytes
+
+
+def compare_ids(reference, other) -> str:
+    """``rows with identical ids / rows`` and the max |log-prob difference| over the ids
+    the two agree on (up to each row's first difference); a draw whose uniform lands
+    within float rounding of a CDF boundary can differ between kernels."""
+    equal, diff, first = 0, 0.0, []
+    for a, b in zip(reference, other):
+        n = next((i for i, (x, y) in enumerate(zip(a.token_ids, b.token_ids)) if x != y), None)
+        agree = len(a.token_ids) if n is None else n
+        diff = max([diff, *(abs(x - y) for x, y in zip(a.logprobs[:agree], b.logprobs[:agree]))])
+        if n is None and a.token_ids == b.token_ids:
+            equal += 1
+        elif n is not None:
+            first.append(n)
+    where = f", first difference at step {min(first)}" if first else ""
+    return f"{equal}/{len(reference)} rows ({diff:.1e}{where})"
+
+
+def decode_table(model, tokenizer, prompts, new: int, repeats: int, names: list[str]) -> None:
+    """Per-step decode time of each engine on one call; see the module doc."""
+    import torch
+
+    from ragen.engines.base import SamplingParams
+    from ragen.engines.compiled import make_hf_engine
+
+    engines = {
+        name: before_engine(model, tokenizer)
+        if name == "before"
+        else make_hf_engine(model, tokenizer, name, prefix_cache=False)
+        for name in names
+    }
+    params = SamplingParams(temperature=1.0, max_new_tokens=new, stop_strings=[], seed=0)
+    # The engines' stats in CPU seconds of this process (steadier than wall time on a
+    # shared machine; equal to it on an idle one with one thread).
+    import types
+
+    import ragen.engines.hf as hf_module
+
+    hf_module.time = types.SimpleNamespace(perf_counter=time.process_time)
+    warm = {}
+    for name, engine in engines.items():  # compile (if any) and allocator warm-up
+        tic = time.perf_counter()  # wall: inductor compiles in worker processes
+        engine.generate(prompts[:8], SamplingParams(max_new_tokens=4, seed=0))
+        warm[name] = time.perf_counter() - tic
+    best: dict[str, tuple[float, float]] = {}
+    outputs = {}
+    for _ in range(repeats):
+        for name, engine in engines.items():
+            engine.reset_stats()
+            outputs[name] = engine.generate(prompts, params)
+            st = engine.stats
+            step = (st.seconds - st.prefill_seconds) / max(1, st.decode_steps)
+            if name not in best or step < best[name][1]:
+                best[name] = (st.prefill_seconds, step)
+    peak_flops, peak_bw = machine_peaks()
+    context = sum(map(len, prompts)) / len(prompts) + new / 2  # mean K/V length of a step
+    flops, nbytes = step_cost(model, len(prompts), round(context))
+    roofline = max(flops / peak_flops, nbytes / peak_bw)
+    print(
+        f"decode step: {len(prompts)} rows, {new} new tokens, mean context {context:.0f}; "
+        f"torch threads {torch.get_num_threads()}; best of {repeats}; step = "
+        f"{flops / 1e6:.0f} MFLOP + {nbytes / 1e6:.0f} MB; peaks here {peak_flops / 1e9:.0f} "
+        f"GFLOP/s, {peak_bw / 1e9:.0f} GB/s -> roofline {roofline * 1e3:.2f} ms"
+    )
+    print(
+        f"{'engine':<9} {'warm-up s':>9} {'prefill s':>9} {'ms/step':>8} {'vs before':>9} "
+        f"{'roofline':>8}  same ids as eager (max |dlogp| where equal)"
+    )
+    reference = outputs.get("eager")
+    base = best.get("before", best[names[0]])[1]
+    for name in names:
+        prefill, step = best[name]
+        same = ""
+        if name == "before":
+            same = "n/a (multinomial draw)"
+        elif reference is not None:
+            same = compare_ids(reference, outputs[name])
+        print(
+            f"{name:<9} {warm[name]:>9.2f} {prefill:>9.2f} {step * 1e3:>8.2f} "
+            f"{base / step:>8.2f}x {100 * roofline / step:>7.0f}%  {same}"
+        )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", default="small")
@@ -91,7 +245,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--eos-bias", type=float, default=4.0, help="logit bias, early-stop")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0 = torch default)")
     parser.add_argument(
-        "--scenarios", default="no-stop,early-stop,multi-turn", help="comma-separated subset"
+        "--scenarios",
+        default="no-stop,early-stop,multi-turn",
+        help="comma-separated subset ('none': only the decode-step table)",
+    )
+    parser.add_argument(
+        "--engines",
+        default="before,eager,static",
+        help="decode-step table: comma-separated of before,eager,static,compiled ('' = skip)",
     )
     args = parser.parse_args(argv)
 
@@ -158,8 +319,10 @@ def main(argv: list[str] | None = None) -> None:
         "multi-turn": ["model.generate", "HFEngine", "HFEngine-noprefix"],
     }
     prompts = _prompts(*vocab, args.batch, args.prompt_len, seed=0)
+    if args.engines:
+        decode_table(model, tokenizer, prompts, args.new, args.repeats, args.engines.split(","))
     rows = []
-    for scenario in args.scenarios.split(","):
+    for scenario in [s for s in args.scenarios.split(",") if s != "none"]:
         names = scenarios[scenario]
         hook = None
         if scenario == "early-stop":
@@ -186,6 +349,8 @@ def main(argv: list[str] | None = None) -> None:
             cpu, wall, tokens = best[name]
             rows.append((scenario, name, tokens, wall, cpu, tokens / cpu, tokens / cpu / base))
 
+    if not rows:
+        return
     print(
         f"model: tiny {args.size} ({n_params / 1e6:.2f}M params); single-call scenarios: batch "
         f"{args.batch}, prompt ~{args.prompt_len} tokens, {args.new} new tokens; "

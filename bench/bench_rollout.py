@@ -23,6 +23,19 @@ inside it (chat template, token context, batched ``HFEngine.generate``, parsing,
 steps, samples); ``engine share`` = time inside ``HFEngine.generate``; ``bare generate``
 = the paired baseline calls. tokens/s = generated tokens / seconds; the ratio is
 loop tokens/s over bare tokens/s.
+
+Engines side by side (``--engines before,eager,static``, or ``compiled``): the same
+rollout (same seeds, so the same episodes when the engines sample the same ids) runs
+once per engine in this process, and a second table gives each engine's loop tokens/s,
+its decode ms per step and the ratio to the first engine. ``before`` is ``HFEngine``
+with the ``torch.multinomial`` draw it had before the static step
+(``bench.bench_generate.before_engine``). The bare baseline runs with the first engine
+only (``--no-bare`` skips it: it is the slow part). On a shared machine the load drifts
+from one rollout to the next: ``--repeats 2`` runs the engines twice, in alternating
+order, and keeps each engine's fastest rollout::
+
+    .venv/bin/python -m bench.bench_rollout --size nano --max-new-tokens 48 --threads 2 \
+        --engines before,static --no-bare --repeats 2
 """
 
 from __future__ import annotations
@@ -42,14 +55,27 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--engines",
+        default="static",
+        help="comma-separated of before,eager,static,compiled: one rollout each",
+    )
+    p.add_argument("--no-bare", action="store_true", help="skip the bare model.generate pairing")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="rollouts per engine, alternating the engine order; the fastest counts",
+    )
     args = p.parse_args(argv)
 
     import torch
 
+    from bench.bench_generate import before_engine
     from ragen.agent.env_manager import EnvStateManager
     from ragen.agent.policies import ModelPolicy
     from ragen.agent.rollout import RolloutConfig, run_rollout
-    from ragen.engines.hf import HFEngine
+    from ragen.engines.compiled import make_hf_engine
     from ragen.models.tiny import build_model, build_tokenizer
 
     if args.threads:
@@ -57,7 +83,14 @@ def main(argv: list[str] | None = None) -> None:
     tok = build_tokenizer("chatml")
     model = build_model(args.size, tok, seed=args.seed).to(args.device).eval()
     n_params = sum(p.numel() for p in model.parameters())
-    hf = HFEngine(model, tok)
+    names = args.engines.split(",")
+    engines = {
+        name: before_engine(model, tok) if name == "before" else make_hf_engine(model, tok, name)
+        for name in names
+    }
+    for engine in engines.values():
+        engine.prefix_cache = True  # before_engine turns it off for the one-call bench
+    hf = engines[names[0]]
     eos = set(hf.eos_token_ids)
     probe = EnvStateManager(args.env, env_groups=1, group_size=1, seed=args.seed)
     probe.reset([0])
@@ -95,67 +128,105 @@ def main(argv: list[str] | None = None) -> None:
         eos_token_ids = hf.eos_token_ids
         max_positions = hf.max_positions
 
-        def __init__(self) -> None:
-            self.paired = True
+        def __init__(self, inner, paired: bool) -> None:
+            self.inner, self.paired = inner, paired
             self.calls: list[tuple[int, float, int, float, float]] = []
 
         def generate(self, prompts, params):
             tic = time.perf_counter()
-            gens = hf.generate(prompts, params)
+            gens = self.inner.generate(prompts, params)
             engine_s = time.perf_counter() - tic
             mean_len = round(sum(map(len, prompts)) / len(prompts))
+            n, sec = 0, 0.0
             if self.paired:
                 n, sec = bare_generate(len(prompts), mean_len, params.max_new_tokens)
-                self.calls.append((len(prompts), mean_len, n, sec, engine_s))
+            self.calls.append((len(prompts), mean_len, n, sec, engine_s))
             return gens
 
-    engine = PairedEngine()
-    policy = ModelPolicy(engine, tok)
-    # warm-up (allocator, kernels, template compilation) on a small batch
-    engine.paired = False
-    warm = EnvStateManager(args.env, env_groups=1, group_size=2, seed=args.seed)
-    run_rollout(policy, warm, RolloutConfig(max_turns=1, max_new_tokens=4), [0])
-    bare_generate(2, 16, 4)
-    engine.paired = True
-
-    manager = EnvStateManager(
-        args.env, env_groups=args.groups, group_size=args.group_size, seed=args.seed
-    )
     cfg = RolloutConfig(
         max_turns=args.turns, max_new_tokens=args.max_new_tokens, temperature=1.0, seed=args.seed
     )
-    tic = time.perf_counter()
-    result = run_rollout(policy, manager, cfg, manager.seeds_for_step(0))
-    wall = time.perf_counter() - tic
-    bare_tokens = sum(c[2] for c in engine.calls)
-    bare_s = sum(c[3] for c in engine.calls)
-    engine_s = sum(c[4] for c in engine.calls)
-    loop_s = wall - bare_s  # the rollout without the baseline calls made inside it
-    gen_tokens = int(result.stats["generated_tokens"])
+    bare_generate(2, 16, 4)
+    results = {}
+    schedule = [
+        (name, r == 0 and name == names[0] and not args.no_bare)
+        for r in range(args.repeats)
+        for name in (names if r % 2 == 0 else names[::-1])
+    ]
+    for name, pair in schedule:
+        inner = engines[name]
+        engine = PairedEngine(inner, paired=pair)
+        policy = ModelPolicy(engine, tok)
+        # warm-up (allocator, kernels, template compilation, a compile) on a small batch
+        paired, engine.paired = engine.paired, False
+        warm = EnvStateManager(args.env, env_groups=1, group_size=2, seed=args.seed)
+        tic = time.perf_counter()
+        run_rollout(policy, warm, RolloutConfig(max_turns=1, max_new_tokens=4), [0])
+        warm_s = time.perf_counter() - tic
+        engine.paired, engine.calls = paired, []
+        inner.clear_prefix_cache()
+        inner.reset_stats()
+        manager = EnvStateManager(
+            args.env, env_groups=args.groups, group_size=args.group_size, seed=args.seed
+        )
+        tic = time.perf_counter()
+        result = run_rollout(policy, manager, cfg, manager.seeds_for_step(0))
+        wall = time.perf_counter() - tic
+        loop = wall - sum(c[3] for c in engine.calls)
+        if name not in results or loop < results[name][2] - sum(
+            c[3] for c in results[name][0].calls
+        ):
+            results[name] = (engine, result, wall, warm_s, inner.stats.as_dict())
 
     print(
         f"tiny-{args.size} ({n_params / 1e6:.2f}M params), {args.env}, device={args.device}, "
         f"threads={torch.get_num_threads()}, {args.groups}x{args.group_size} sequences, "
         f"<= {args.turns} turns, max_new_tokens={args.max_new_tokens}"
     )
-    header = f"{'setting':<22} {'calls':>5} {'tokens':>8} {'seconds':>8} {'tok/s':>9}"
-    print(header)
-    print("-" * len(header))
-    prompts = "/".join(str(c[1]) for c in engine.calls)
-    rows = [
-        ("rollout (whole loop)", len(engine.calls), gen_tokens, loop_s),
-        ("  engine share", len(engine.calls), gen_tokens, engine_s),
-        ("bare model.generate", len(engine.calls), bare_tokens, bare_s),
-    ]
-    for name, calls, n, sec in rows:
-        print(f"{name:<22} {calls:>5} {n:>8} {sec:>8.2f} {n / sec:>9.1f}")
-    print(f"batch per call: {'/'.join(str(c[0]) for c in engine.calls)}; mean prompt: {prompts}")
-    ratio = (gen_tokens / loop_s) / (bare_tokens / bare_s)
-    print(
-        f"ratio rollout loop / bare generate: {ratio:.2f}  "
-        f"(engine only: {(gen_tokens / engine_s) / (bare_tokens / bare_s):.2f}; "
-        f"loop overhead outside the engine: {100 * (1 - engine_s / loop_s):.1f}% of loop time)"
-    )
+    engine, result, wall, _, _ = results[names[0]]
+    bare_tokens = sum(c[2] for c in engine.calls)
+    bare_s = sum(c[3] for c in engine.calls)
+    engine_s = sum(c[4] for c in engine.calls)
+    loop_s = wall - bare_s  # the rollout without the baseline calls made inside it
+    gen_tokens = int(result.stats["generated_tokens"])
+    if bare_s > 0:
+        header = f"{'setting':<22} {'calls':>5} {'tokens':>8} {'seconds':>8} {'tok/s':>9}"
+        print(f"engine {names[0]}")
+        print(header)
+        print("-" * len(header))
+        prompts = "/".join(str(c[1]) for c in engine.calls)
+        rows = [
+            ("rollout (whole loop)", len(engine.calls), gen_tokens, loop_s),
+            ("  engine share", len(engine.calls), gen_tokens, engine_s),
+            ("bare model.generate", len(engine.calls), bare_tokens, bare_s),
+        ]
+        for label, calls, n, sec in rows:
+            print(f"{label:<22} {calls:>5} {n:>8} {sec:>8.2f} {n / sec:>9.1f}")
+        batches = "/".join(str(c[0]) for c in engine.calls)
+        print(f"batch per call: {batches}; mean prompt: {prompts}")
+        ratio = (gen_tokens / loop_s) / (bare_tokens / bare_s)
+        print(
+            f"ratio rollout loop / bare generate: {ratio:.2f}  "
+            f"(engine only: {(gen_tokens / engine_s) / (bare_tokens / bare_s):.2f}; "
+            f"loop overhead outside the engine: {100 * (1 - engine_s / loop_s):.1f}% of loop time)"
+        )
+    if len(results) > 1 or bare_s == 0:
+        head = (
+            f"{'engine':<9} {'warm-up s':>9} {'loop s':>7} {'tokens':>7} {'tok/s':>8} "
+            f"{'prefill s':>9} {'ms/step':>8} {'vs first':>8}"
+        )
+        print(head)
+        print("-" * len(head))
+        first = None
+        for name, (engine, result, wall, warm_s, st) in results.items():
+            loop = wall - sum(c[3] for c in engine.calls)
+            tokens = int(result.stats["generated_tokens"])
+            step = (st["seconds"] - st["prefill_seconds"]) / max(1, st["decode_steps"])
+            first = first or tokens / loop
+            print(
+                f"{name:<9} {warm_s:>9.2f} {loop:>7.2f} {tokens:>7} {tokens / loop:>8.1f} "
+                f"{st['prefill_seconds']:>9.2f} {step * 1e3:>8.2f} {tokens / loop / first:>7.2f}x"
+            )
 
 
 if __name__ == "__main__":

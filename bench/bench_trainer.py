@@ -11,11 +11,25 @@ sequences packed into equal-length rows (no padding), plain forward + backward +
 AdamW step on an actor-sized and a critic-sized model, the same number of optimizer
 steps. The ratio (trainer update tokens/s) / (bare loop tokens/s) shows the trainer's
 overhead and padding waste.
+
+``--bf16-cpu off,on`` runs the whole measurement once per setting of
+``trainer.bf16_cpu`` in this process (the bare loop then runs under the same autocast),
+so the two precisions are compared side by side; ``--size`` picks the tiny preset::
+
+    .venv/bin/python -m bench.bench_trainer --size nano --bf16-cpu off,on --threads 1
+
+``--sft-episodes N`` (N > 0) measures the SFT step the same way instead: one epoch of
+``ragen.sft.trainer.train_sft`` on N expert episodes of ``--env`` (batch 32, compact
+prompts), then the bare loop over the same real tokens and optimizer steps, with
+``SFTConfig.bf16`` (and the bare loop's autocast) per ``--bf16-cpu`` setting::
+
+    .venv/bin/python -m bench.bench_trainer --size nano --sft-episodes 128 --bf16-cpu off,on --threads 1
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import tempfile
 import time
 from pathlib import Path
@@ -23,7 +37,7 @@ from pathlib import Path
 import torch
 
 
-def bare_update(actor, critic, batch, n_optimizer_steps: int) -> float:
+def bare_update(actor, critic, batch, n_optimizer_steps: int, autocast=None) -> float:
     """Seconds for fwd+bwd+AdamW on the same real tokens, padding-free, actor + critic."""
     ids = batch.input_ids[batch.attention_mask.bool()]  # all real tokens, flattened
     row = int(batch.lengths.float().mean())  # typical sequence length
@@ -34,11 +48,13 @@ def bare_update(actor, critic, batch, n_optimizer_steps: int) -> float:
     opts = [
         torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-6) for m in models
     ]
+    autocast = autocast or contextlib.nullcontext()
     tic = time.perf_counter()
     for start in range(0, n_rows, per_step):
         chunk = dense[start : start + per_step]
         for model, opt in zip(models, opts):
-            out = model(input_ids=chunk, use_cache=False).logits
+            with autocast:
+                out = model(input_ids=chunk, use_cache=False).logits
             out.float().mean().backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
@@ -54,8 +70,51 @@ def main() -> None:
     p.add_argument("--group-size", type=int, default=16)
     p.add_argument("--prompt-style", default="full")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--size", default="micro", help="tiny preset (model=tiny:SIZE)")
+    p.add_argument("--bf16-cpu", default="off", help="comma-separated of off,on")
+    p.add_argument("--sft-episodes", type=int, default=0, help="> 0: measure the SFT step")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
+    for setting in args.bf16_cpu.split(","):
+        (run_sft if args.sft_episodes else run)(args, setting == "on")
+
+
+def run_sft(args, bf16: bool) -> None:
+    """One epoch of SFT against the bare loop over the same tokens (see the module doc)."""
+    from ragen.agent.rollout import RolloutConfig
+    from ragen.models.precision import cpu_autocast
+    from ragen.models.tiny import build_model, build_tokenizer
+    from ragen.sft.trainer import SFTConfig, make_expert_data, train_sft
+    from ragen.trainer.batching import collate
+
+    tok = build_tokenizer("chatml")
+    rollout = RolloutConfig(max_turns=5, max_new_tokens=48, prompt_style=args.prompt_style)
+    cfg = SFTConfig(
+        env=args.env,
+        rollout=rollout,
+        episodes=args.sft_episodes,
+        epochs=1,
+        batch_size=32,
+        bf16=bf16,
+    )
+    data = make_expert_data(tok, cfg)
+    model = build_model(args.size, tok, seed=0)
+    tic = time.perf_counter()
+    history = train_sft(model, tok, data, cfg, log=lambda m: None)
+    sft_s = time.perf_counter() - tic
+    batch = collate(data, tok.pad_token_id)
+    tokens = float(batch.attention_mask.sum())
+    bare_s = bare_update(model, None, batch, len(history), cpu_autocast(bf16))
+    print(
+        f"SFT {args.env}: {len(data)} sequences, {int(tokens)} real tokens, {len(history)} "
+        f"optimizer steps, tiny:{args.size}, {args.threads} threads, SFTConfig.bf16={bf16}"
+    )
+    print(f"SFT steps:  {tokens / sft_s:8.0f} tokens/s  ({sft_s:.2f}s)")
+    print(f"bare loop:  {tokens / bare_s:8.0f} tokens/s  ({bare_s:.2f}s)")
+    print(f"ratio SFT/bare: {bare_s / sft_s:.2f}")
+
+
+def run(args, bf16_cpu: bool) -> None:
 
     from ragen.trainer.config import load_config
     from ragen.trainer.starpo import StarPOTrainer
@@ -66,6 +125,8 @@ def main() -> None:
                 f"env={args.env}",
                 f"algo={args.algo}",
                 "model=tiny",
+                f"model.path=tiny:{args.size}",
+                f"trainer.bf16_cpu={str(bf16_cpu).lower()}",
                 f"rollout.env_groups={args.groups}",
                 f"rollout.group_size={args.group_size}",
                 "rollout.max_turns=5",
@@ -84,7 +145,7 @@ def main() -> None:
         original = trainer.update
 
         def update(batch, step):  # keep the last trained batch for the bare replay
-            captured["batch"] = {k: v.detach().clone() for k, v in batch.items()}
+            captured["batch"] = batch.rows(range(batch.size))  # indexed copies of the tensors
             return original(batch, step)
 
         trainer.update = update
@@ -92,7 +153,8 @@ def main() -> None:
         last = history[-1]
         phases = ["rollout", "prepare", "old_log_prob", "advantage", "update", "step"]
         print(
-            f"{args.env} {args.algo}: {args.groups}x{args.group_size}, <=5 turns, tiny model, {args.threads} threads"
+            f"{args.env} {args.algo}: {args.groups}x{args.group_size}, <=5 turns, tiny:{args.size}, "
+            f"{args.threads} threads, trainer.bf16_cpu={bf16_cpu}"
         )
         print(
             f"{'phase':<14}" + "".join(f"{'step ' + str(i + 1):>10}" for i in range(len(history)))
@@ -110,12 +172,14 @@ def main() -> None:
             f"padding fraction {last['perf/padding_fraction']:.3f}, {n_mb} optimizer steps"
         )
         trainer_tps = last["perf/update_tokens_per_s"]
-        bare_s = bare_update(trainer.actor, trainer.critic, batch, n_mb)
+        bare_s = bare_update(trainer.actor, trainer.critic, batch, n_mb, trainer.autocast)
         bare_tps = tokens / bare_s
         print(f"trainer update: {trainer_tps:8.0f} tokens/s")
         print(f"bare loop:      {bare_tps:8.0f} tokens/s  ({bare_s:.2f}s)")
         print(f"ratio trainer/bare: {trainer_tps / bare_tps:.2f}")
         print(f"rollout generation: {last['perf/rollout_tokens_per_s']:.0f} tokens/s")
+        keys = ("actor/gen_logprob_abs_diff", "actor/entropy", "actor/grad_norm", "actor/pg_loss")
+        print("last step: " + ", ".join(f"{k} {last.get(k, float('nan')):.4g}" for k in keys))
 
 
 if __name__ == "__main__":

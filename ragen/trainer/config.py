@@ -92,6 +92,9 @@ class ModelConfig:
         "auto"  # auto (float32 weights, bf16 autocast on CUDA) | float32 | bfloat16 | float16
     )
     device: str = "auto"  # auto | cpu | cuda | cuda:N
+    # generation engine (ragen.engines.compiled): eager | static (faster decode step, same
+    # samples) | compiled (static + torch.compile, a one-off compile of seconds to minutes)
+    engine: str = "static"
     actor_lr: float = 1e-6
     critic_lr: float = 1e-5
     weight_decay: float = 0.0
@@ -212,7 +215,11 @@ class TrainerSection:
     wandb: bool = False
     wandb_project: str = "ragen"
     wandb_mode: str = "offline"  # offline (works without a network) | online | disabled
-    bf16: bool = True  # autocast to bf16 where the device supports it (CUDA); CPU stays float32
+    bf16: bool = True  # autocast to bf16 where the device supports it (CUDA); CPU: bf16_cpu
+    # the same on a CPU with bf16 instructions (avx512_bf16 / AMX): log-probs, values and the
+    # update under bf16 autocast; generation stays float32 (docs/RESULTS.md, "Rollout and
+    # update speed", measured the speed and the effect on learning)
+    bf16_cpu: bool = False
     # scale-out (ragen.distributed, docs/SCALING.md; needs `pip install ragen[scale]`):
     # 0: rollouts in this process; N: N Ray actors, each playing a shard of the groups
     # (sampling seeded per group, so any N >= 1 gives the same trajectories)
@@ -399,6 +406,7 @@ def _check_choices(cfg: TrainConfig) -> None:
     check_choice("algo.advantage_tokens", a.advantage_tokens, ADVANTAGE_TOKENS)
     check_choice("algo.reward_placement", a.reward_placement, REWARD_PLACEMENTS)
     check_choice("model.dtype", cfg.model.dtype, DTYPE_CHOICES)
+    check_choice("model.engine", cfg.model.engine, ("eager", "static", "compiled"))
     check_device_spec(cfg.model.device, key="model.device")
     check_choice("trainer.wandb_mode", cfg.trainer.wandb_mode, WANDB_MODES)
 

@@ -30,7 +30,6 @@ import shlex
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +41,7 @@ from ragen.agent.trajectory import Trajectory
 from ragen.envs.base import derive_seed
 from ragen.errors import ConfigError
 from ragen.models.logprobs import sequence_logprobs
+from ragen.models.precision import cpu_autocast
 
 from . import setup
 from .batching import (
@@ -135,7 +135,7 @@ class StarPOTrainer:
         self.autocast = (
             torch.autocast("cuda", dtype=torch.bfloat16)
             if t.bf16 and self.device.type == "cuda" and torch.cuda.is_bf16_supported()
-            else nullcontext()
+            else cpu_autocast(t.bf16_cpu and self.device.type == "cpu")
         )
         self._build_models()
         self._build_rollout()
@@ -218,7 +218,7 @@ class StarPOTrainer:
     def _build_rollout(self) -> None:
         from ragen.agent.env_manager import EnvStateManager
         from ragen.agent.policies import ModelPolicy
-        from ragen.engines.hf import HFEngine
+        from ragen.engines.compiled import make_hf_engine
 
         c, r = self.cfg, self.cfg.rollout
         env_config = dict(c.env.config)
@@ -237,7 +237,7 @@ class StarPOTrainer:
             seed=c.trainer.seed,
         )
         # The engine wraps the training model itself: generation always sees the latest weights.
-        self.engine = HFEngine(self.actor, self.tokenizer)
+        self.engine = make_hf_engine(self.actor, self.tokenizer, c.model.engine)
         self.policy = ModelPolicy(self.engine, self.tokenizer)
         self.rollout_cfg = r  # per rollout: a copy with its temperature and seed
 

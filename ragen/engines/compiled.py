@@ -1,0 +1,256 @@
+"""A faster decode step for :class:`~ragen.engines.hf.HFEngine`: static buffers, a GQA
+decode attention, and (optionally) a compiled step.
+
+    engine = StaticHFEngine(model, tokenizer)                  # model.engine=static
+    engine = StaticHFEngine(model, tokenizer, compile=True)    # model.engine=compiled
+
+Same interface, same outputs as ``HFEngine`` (the same sampled ids for the same seed,
+log-probs equal within ~1e-6; ``tests/test_engines_static.py``; the kernels differ, so
+a draw whose uniform lands within float rounding of a CDF boundary can flip: 1 row of
+128 at step 60 of 64 in ``bench.bench_generate --size micro``): prefill,
+prefix reuse across turns, per-row finishing, stop strings and seeded sampling are
+the base class's code. Only the decode step differs. What it changes, from a
+``torch.profiler`` trace of the eager step of 128 rows of ``tiny:nano`` (one thread;
+docs/RESULTS.md, "Rollout and update speed", has the figures):
+
+* ``scaled_dot_product_attention`` with one query per row read the K/V views through
+  its long-query kernel, ~1.6 ms per layer for 16 MB of K/V (~10 GB/s).
+  :func:`gqa_decode_attention` computes the same softmax with two batched matmuls
+  straight on the preallocated buffers (the query heads of a group share one read of
+  their kv head): ~1.2 ms per layer, still well below this core's ~38 GB/s (256 tiny
+  GEMMs per call); a fused decode-attention kernel is what would reach it;
+* transformers rebuilt a 4-D mask from the 2-D 0/1 mask every step (and ``torch.cat``
+  grew it by one column). Here an additive ``(b, capacity)`` mask is built ONCE per
+  call (``-inf`` on left padding, 0 elsewhere) and each step passes its first
+  ``length`` columns as a 4-D view, which transformers uses as is;
+* (shared with ``HFEngine``, so not this class's doing) ``torch.multinomial``, 6.4 ms
+  per step, became the inverse-CDF draw of ``sample_next_token`` (0.7 ms), and the
+  stop-string tail decode runs only for rows whose new token can end a stop string.
+
+``compile=True`` wraps the step (the model forward; the draw stays outside, so a
+seeded generator is never traced) in ``torch.compile`` with inductor. K/V lengths
+grow by one each step, so the length is a dynamic dimension and one graph serves a
+whole call; the batch is whatever the base loop's row dropping leaves. If compiling
+fails (no C++ compiler, an unsupported model), the engine says so once and runs the
+step uncompiled. Compile time is paid once per process and reported in
+``compile_seconds``.
+
+CUDA graphs (``compile_options={"mode": "reduce-overhead"}``) need shapes that do not
+change between steps; with the growing K/V length they would record a graph per
+length, so they are not the default. The fixed-shape variant (K/V written at a tensor
+position with ``index_copy_``, every step attending over the whole capacity under the
+mask) was prototyped on CPU: it compiled (104 s under load) to 10.2 ms/step against
+12.5 ms uncompiled, no better than the dynamic graph, and no GPU was available to
+measure the case it exists for (docs/RESULTS.md, "Rollout and update speed").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+
+from .hf import HFEngine, _preallocated_layers, make_kv_cache
+
+log = logging.getLogger(__name__)
+
+#: the name our decode attention is registered under in transformers' AttentionInterface
+ATTENTION_NAME = "ragen_gqa_decode"
+
+
+def gqa_decode_attention(
+    module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs
+):
+    """Attention for ONE new query per row, grouped-query aware; else plain SDPA.
+
+    ``query`` (b, H, 1, D); ``key``/``value`` (b, H_kv, L, D), possibly views of a
+    larger buffer (``buffer[:, :, :L]``); ``attention_mask`` additive (b, 1, 1, L).
+    With G = H / H_kv query heads per kv head (head h reads kv head h // G)::
+
+        s = (q_g @ K^T) * scaling + mask      (b * H_kv, G, L)
+        out = softmax(s) @ V                  (b * H_kv, G, D) -> (b, 1, H, D)
+
+    Returns ``(out, None)`` as transformers' attention functions do.
+    """
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    b, heads, q_len, dim = query.shape
+    kv_heads, length = key.shape[1], key.shape[2]
+    if q_len != 1 or dropout or attention_mask is None or attention_mask.dim() != 4:
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
+    import torch
+
+    groups = heads // kv_heads
+    scale = scaling if scaling is not None else dim**-0.5
+    q = query.reshape(b * kv_heads, groups, dim)
+    k = key.reshape(b * kv_heads, length, dim)  # a view: (b, H_kv) merge without a copy
+    v = value.reshape(b * kv_heads, length, dim)
+    scores = torch.bmm(q, k.transpose(1, 2)).view(b, kv_heads, groups, length)
+    scores = scores * scale + attention_mask  # mask (b, 1, 1, L) broadcasts
+    probs = torch.softmax(scores.float(), dim=-1).to(v.dtype).view(b * kv_heads, groups, length)
+    out = torch.bmm(probs, v).view(b, 1, heads, dim)
+    return out, None
+
+
+def _register_attention() -> bool:
+    """Register :func:`gqa_decode_attention` (and SDPA's mask builder for prefill under
+    the same name); False with a transformers that has no AttentionInterface."""
+    try:
+        from transformers import AttentionInterface
+        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+    except ImportError:
+        return False
+    AttentionInterface.register(ATTENTION_NAME, gqa_decode_attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(ATTENTION_NAME, sdpa_mask)
+    return True
+
+
+def _config_of(model):
+    target = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return getattr(target, "config", None)
+
+
+@contextlib.contextmanager
+def _attention_implementation(config, name: str | None):
+    """Temporarily route the model's attention to ``name`` (None: leave it)."""
+    if name is None or config is None:
+        yield
+        return
+    previous = config._attn_implementation
+    config._attn_implementation = name
+    try:
+        yield
+    finally:
+        config._attn_implementation = previous
+
+
+class StaticHFEngine(HFEngine):
+    """:class:`HFEngine` with the faster decode step of this module (see its doc).
+
+    ``compile``: False (uncompiled, ``model.engine=static``), True (``torch.compile``
+    the step, ``model.engine=compiled``); ``compile_options`` override the arguments of
+    ``torch.compile`` (e.g. ``{"backend": "aot_eager"}``, which the tests use: the same
+    graph capture without inductor's C++ build). ``compile_seconds`` is the time of the
+    first compiled step (the compile, plus one step; a later recompile, e.g. for a batch
+    of one row, is not counted).
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        *args,
+        compile: bool = False,
+        compile_options: dict | None = None,
+        **kwargs,
+    ):
+        super().__init__(model, tokenizer, *args, **kwargs)
+        self._config = _config_of(model)
+        # only for models whose attention dispatches through transformers' interface
+        dispatches = getattr(self._config, "_attn_implementation", None) in ("sdpa", "eager")
+        self._attention = ATTENTION_NAME if dispatches and _register_attention() else None
+        # a model with sliding-window / linear-attention layers keeps the base step
+        self._static = _preallocated_layers(make_kv_cache(model, 1)) is not None
+        self.compile = bool(compile)
+        self.compile_options = dict(compile_options or {})
+        self.compile_seconds = 0.0
+        self._compiled = None
+        self._first_call = False  # the next compiled step is the first (times the compile)
+        self._compile_failed = False
+
+    # -- overrides of HFEngine's decode step -----------------------------------------------
+    def _decode_mask(self, attention, capacity: int):
+        """Additive ``(b, capacity)`` mask: -inf on left padding, 0 on every other column
+        (columns past the current length are never read: each step slices)."""
+        import torch
+
+        if not self._static:
+            return super()._decode_mask(attention, capacity)
+        dtype = self._dtype()
+        mask = torch.zeros((attention.shape[0], capacity), dtype=dtype, device=attention.device)
+        mask[:, : attention.shape[1]].masked_fill_(attention == 0, float("-inf"))
+        return mask
+
+    def _decode_step(self, cache, attention, ids, positions):
+        if not self._static:
+            return super()._decode_step(cache, attention, ids, positions)
+        length = cache.get_seq_length() + 1
+        step = self._step_function()
+        tic = time.perf_counter() if self._first_call else None
+        logits = step(cache, attention[:, None, None, :length], ids, positions)
+        if tic is not None:
+            self.compile_seconds += time.perf_counter() - tic
+            self._first_call = False
+        return attention, logits
+
+    # -- the step ---------------------------------------------------------------------------
+    def _forward(self, cache, mask4d, ids, positions):
+        with _attention_implementation(self._config, self._attention):
+            out = self.model(
+                input_ids=ids.unsqueeze(-1),
+                attention_mask=mask4d,
+                position_ids=positions.unsqueeze(-1),
+                past_key_values=cache,
+                use_cache=True,
+            )
+        return out.logits[:, -1, :]
+
+    def _step_function(self):
+        if not self.compile or self._compile_failed:
+            return self._forward
+        if self._compiled is None:
+            try:
+                import torch
+
+                options = {"dynamic": True, **self.compile_options}
+                self._compiled = torch.compile(self._forward, **options)
+                self._first_call = True
+            except Exception as exc:  # noqa: BLE001 -- any failure means: run uncompiled
+                return self._fall_back(exc)
+        return self._guarded
+
+    def _guarded(self, *args):
+        try:
+            return self._compiled(*args)
+        except Exception as exc:  # noqa: BLE001
+            self._fall_back(exc)
+            return self._forward(*args)
+
+    def _fall_back(self, exc):
+        if not self._compile_failed:
+            log.warning(
+                "torch.compile of the decode step failed (%s: %s); decoding uncompiled",
+                type(exc).__name__,
+                str(exc).splitlines()[0] if str(exc) else "",
+            )
+        self._compile_failed = True
+        return self._forward
+
+    def _dtype(self):
+        import torch
+
+        try:
+            return next(self.model.parameters()).dtype
+        except StopIteration:
+            return torch.float32
+
+
+#: ``model.engine`` choices: the eager loop, the static step (default), the compiled step
+ENGINE_CHOICES = ("eager", "static", "compiled")
+
+
+def make_hf_engine(model, tokenizer, engine: str = "static", **kwargs) -> HFEngine:
+    """The token engine named by ``engine`` (one of :data:`ENGINE_CHOICES`) over ``model``.
+
+    All three sample the same ids for the same seed (up to float-rounding flips, see the
+    module doc); ``static`` is the default: 1.5x ``before`` per step on the dev CPU,
+    within 5-13% of ``compiled``, and nothing to compile (docs/RESULTS.md, "Rollout and
+    update speed"); ``compiled`` adds a one-off compile of seconds to minutes.
+    """
+    if engine == "eager":
+        return HFEngine(model, tokenizer, **kwargs)
+    if engine in ("static", "compiled"):
+        return StaticHFEngine(model, tokenizer, compile=engine == "compiled", **kwargs)
+    raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINE_CHOICES)}")
