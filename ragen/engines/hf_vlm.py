@@ -216,3 +216,15 @@ def _model_device(model: Any):
         return next(model.parameters()).device
     except StopIteration:
         return torch.device("cpu")
+
+
+def engine_for(model, tokenizer_or_processor, **kwargs):
+    """The token engine for ``model``: :class:`HFVLMEngine` when it comes with a
+    multimodal processor (``load_policy`` of a VLM), else ``HFEngine``."""
+    from ragen.models.vlm import is_processor
+
+    if is_processor(tokenizer_or_processor):
+        return HFVLMEngine(model, tokenizer_or_processor, **kwargs)
+    from .hf import HFEngine
+
+    return HFEngine(model, tokenizer_or_processor, **kwargs)
