@@ -19,3 +19,14 @@ def tiny_model_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("tiny") / "nano"
     create_tiny(out, size="nano", seed=0)
     return str(out)
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm_dir(tmp_path_factory):
+    """Path of the tiny VLM (LLaVA: CLIP encoder + nano Qwen2, PIL image processor)."""
+    import torch
+
+    torch.set_num_threads(1)
+    from ragen.models.tiny_vlm import create_tiny_vlm
+
+    return str(create_tiny_vlm(tmp_path_factory.mktemp("tiny_vlm") / "nano", seed=0))

@@ -112,6 +112,7 @@ def create_critic(policy_path_or_model, device: Any = None, dtype: Any = None):
                 policy, _ = load_policy(source, device="cpu", dtype=dtype)
                 _say("critic: the VLM's backbone with a value head initialized to zero")
                 return create_vision_critic(policy, device=device, dtype=dtype)
+            with quiet_transformers(progress_bars=not is_local):
                 # the new head is "missing" from the policy's weights: expected, said once below
                 critic = AutoModelForTokenClassification.from_pretrained(
                     source, config=_value_config(config), dtype=dtype
