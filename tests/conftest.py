@@ -30,3 +30,12 @@ def tiny_vlm_dir(tmp_path_factory):
     from ragen.models.tiny_vlm import create_tiny_vlm
 
     return str(create_tiny_vlm(tmp_path_factory.mktemp("tiny_vlm") / "nano", seed=0))
+
+
+@pytest.fixture(scope="session")
+def tiny_idefics3_dir(tmp_path_factory):
+    """The tiny VLM in SmolVLM's family (Idefics3: 9 image ids per picture)."""
+    from ragen.models.tiny_vlm import create_tiny_vlm
+
+    out = tmp_path_factory.mktemp("tiny_idefics3") / "nano"
+    return str(create_tiny_vlm(out, seed=0, architecture="idefics3"))

@@ -13,13 +13,18 @@ from ragen.engines.base import SamplingParams
 from ragen.engines.hf_vlm import HFVLMEngine, engine_for
 from ragen.models import load_policy
 from ragen.models.logprobs import sequence_logprobs
-from ragen.models.tiny_vlm import create_tiny_vlm, image_tokens_per_image
+from ragen.models.tiny_vlm import create_tiny_vlm, image_tokens_for, image_tokens_per_image
 from ragen.models.vlm import pixel_inputs
 
 
-@pytest.fixture(scope="module")
-def vlm(tiny_vlm_dir):
-    model, processor = load_policy(tiny_vlm_dir, device="cpu")
+@pytest.fixture(scope="module", params=["llava", "idefics3"])
+def vlm(request):
+    """Each architecture family the tiny VLM is built in (the checks run on both)."""
+    folder = request.getfixturevalue(
+        "tiny_vlm_dir" if request.param == "llava" else "tiny_idefics3_dir"
+    )
+    model, processor = load_policy(folder, device="cpu")
+    model.ragen_family = request.param
     return model, processor
 
 
@@ -32,17 +37,23 @@ def visual_rollout(vlm):
     return run_rollout(policy, manager, config, manager.seeds_for_step(0)), policy
 
 
-def test_tiny_vlm_is_a_standard_deterministic_hf_folder(tiny_vlm_dir, tmp_path):
+@pytest.mark.parametrize("family", ["llava", "idefics3"])
+def test_tiny_vlm_is_a_standard_deterministic_hf_folder(family, tmp_path, request):
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    folder = Path(tiny_vlm_dir)
+    folder = Path(request.getfixturevalue(f"tiny_{'vlm' if family == 'llava' else family}_dir"))
     model = AutoModelForImageTextToText.from_pretrained(folder)
     processor = AutoProcessor.from_pretrained(folder)
-    assert type(model).__name__ == "LlavaForConditionalGeneration"
+    expected = {
+        "llava": "LlavaForConditionalGeneration",
+        "idefics3": "Idefics3ForConditionalGeneration",
+    }
+    assert type(model).__name__ == expected[family]
     assert type(processor.image_processor).__name__.endswith("Pil")  # no torchvision needed
     info = json.loads((folder / "ragen_tiny_vlm.json").read_text())
-    assert info["image_tokens_per_image"] == image_tokens_per_image() == 36
-    again = create_tiny_vlm(tmp_path / "again", seed=0)
+    assert info["image_tokens_per_image"] == image_tokens_for(family)
+    assert image_tokens_for("llava") == image_tokens_per_image() == 36  # a patch per cell
+    again = create_tiny_vlm(tmp_path / "again", seed=0, architecture=family)
     for name in ("model.safetensors", "tokenizer.json"):
         assert (again / name).read_bytes() == (folder / name).read_bytes()
 
@@ -64,7 +75,7 @@ def test_trained_ids_are_the_processors_ids_plus_the_sampled_ids(vlm, visual_rol
     result, policy = visual_rollout
     fmt = policy._ragen_chat_formats["auto"]
     assert isinstance(fmt, VisionChatFormat) and fmt.strategy == "delta"
-    image_id, per_image = fmt.image_token_id, image_tokens_per_image()
+    image_id, per_image = fmt.image_token_id, image_tokens_for(vlm[0].ragen_family)
     assert result.stats["context_inexact"] == 0
     for traj in result.trajectories:
         ids, mask = np.array(traj.input_ids), np.array(traj.response_mask)
@@ -97,7 +108,8 @@ def test_generation_logprobs_are_recomputed_with_the_same_pixels(vlm, visual_rol
     ids = torch.tensor([traj.input_ids])
     mask = torch.tensor([traj.response_mask])
     vision = pixel_inputs(processor, traj.images)
-    assert vision["pixel_values"].shape[0] == len(traj.images)
+    pixels = vision["pixel_values"]  # LLaVA (N, 3, H, W); Idefics3 (1, N, 3, H, W)
+    assert pixels.shape[:-3].numel() == len(traj.images)
     with torch.no_grad():
         lp, _ = sequence_logprobs(model, ids, torch.ones_like(ids), 1.0, mask, **vision)
     gen = torch.tensor([traj.gen_logprobs])
@@ -119,7 +131,8 @@ def test_bounded_image_history_with_a_context_window(vlm):
     assert result.trajectories
     for traj in result.trajectories:  # turn t sees turn t-1's picture and its own
         assert len(traj.images) == min(traj.turn_index + 1, 2)
-        assert traj.input_ids.count(image_id) == image_tokens_per_image() * len(traj.images)
+        per_image = image_tokens_for(model.ragen_family)
+        assert traj.input_ids.count(image_id) == per_image * len(traj.images)
 
 
 def test_batched_generation_with_pictures_matches_one_row_at_a_time(vlm, visual_rollout):

@@ -16,9 +16,9 @@ glue, EOS tails, turn-close ids, windows) is unchanged. What differs:
   the prompt ids are exactly the processor's; the sampled ids are appended verbatim,
   and the image ids lie in template segments, never in the loss (M_loss = 0) nor in
   the advantage recursion (M_adv covers sampled ids and, optionally, turn-close ids).
-* **Decoding.** A run of image ids decodes as one image entry, so ``decode(input_ids)``
-  equals the template's rendering (``Trajectory.context_exact``) for processors that
-  expand an entry into a run of one id (LLaVA, Qwen2-VL).
+* **Decoding.** The processor's expansion of one image entry (learned per picture
+  size by encoding a bare entry) decodes back as the entry, so ``decode(input_ids)``
+  equals the template's rendering (``Trajectory.context_exact``).
 
 The pictures themselves travel next to the ids (``SampleIds.images``,
 ``Trajectory.images``) and become ``pixel_values`` at each forward pass
@@ -59,7 +59,12 @@ class VisionChatFormat(ChatFormat):
         template = getattr(processor, "chat_template", None) or getattr(
             processor.tokenizer, "chat_template", None
         )
+        self._expansions: set[tuple[int, ...]] = set()
+        self._expansion_keys: set[tuple] = set()
+        # the text the template writes for one image, and its plain token ids
+        self._entry = getattr(processor, "image_token", None) or "<image>"
         super().__init__(processor.tokenizer, template, strategy, eos_ids)
+        self._entry_ids = self.encode(self._entry)
 
     def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool) -> str:
         if self.system_in_user and messages and messages[0]["role"] == "system":
@@ -77,16 +82,41 @@ class VisionChatFormat(ChatFormat):
 
     def encode_with_images(self, text: str, images: list) -> list[int]:
         """The processor's ids of ``text`` (image entries expanded) for ``images``."""
-        out = self.processor(text=[text], images=list(images), add_special_tokens=False)
+        for image in images:
+            self._learn_expansion(image)
+        out = self.processor(text=[text], images=[list(images)], add_special_tokens=False)
         return [int(i) for i in out["input_ids"][0]]
 
+    def _learn_expansion(self, image: Any) -> None:
+        """Remember the ids one bare image entry expands to for a picture of this size
+        (the processor's own expansion), so :meth:`decode` can fold them back."""
+        key = tuple(getattr(image, "shape", ()))
+        if key in self._expansion_keys:
+            return
+        self._expansion_keys.add(key)
+        ids = self.processor(text=[self._entry], images=[[image]], add_special_tokens=False)
+        expansion = tuple(int(i) for i in ids["input_ids"][0])
+        if expansion:
+            self._expansions.add(expansion)
+
     def decode(self, ids: list[int]) -> str:
-        tid, collapsed, prev = self.image_token_id, [], None
-        for i in ids:
-            if not (i == tid and prev == tid):
-                collapsed.append(i)
-            prev = i
-        return super().decode(collapsed)
+        """Text of ``ids`` with every expanded image folded back into its entry, so that
+        it compares with the template's rendering."""
+        if not self._expansions:
+            return super().decode(ids)
+        ids, out, i = list(ids), [], 0
+        firsts = {e[0]: [x for x in self._expansions if x[0] == e[0]] for e in self._expansions}
+        entry = self._entry_ids
+        while i < len(ids):
+            for expansion in firsts.get(ids[i], ()):
+                if tuple(ids[i : i + len(expansion)]) == expansion:
+                    out.extend(entry)
+                    i += len(expansion)
+                    break
+            else:
+                out.append(ids[i])
+                i += 1
+        return super().decode(out)
 
 
 def chat_format_for(tokenizer_or_processor: Any, strategy: str, eos_ids: list[int] | None):

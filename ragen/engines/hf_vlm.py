@@ -27,7 +27,13 @@ import time
 from typing import Any
 
 from .base import Generation, SamplingParams
-from .hf import GenerationStats, check_sampling_params, default_eos_ids, sample_next_token
+from .hf import (
+    GenerationStats,
+    _accepts_logits_to_keep,
+    check_sampling_params,
+    default_eos_ids,
+    sample_next_token,
+)
 
 
 class HFVLMEngine:
@@ -58,6 +64,7 @@ class HFVLMEngine:
         self.max_positions = getattr(text_config, "max_position_embeddings", None)
         self.vocab_size = model.get_input_embeddings().num_embeddings
         self.stats = GenerationStats()
+        self._last_logits_only = {"logits_to_keep": 1} if _accepts_logits_to_keep(model) else {}
 
     def reset_stats(self) -> None:
         self.stats.reset()
@@ -149,7 +156,7 @@ class HFVLMEngine:
             position_ids=positions,
             past_key_values=cache,
             use_cache=True,
-            logits_to_keep=1,
+            **self._last_logits_only,
             **vision,
         )
         alive = [True] * batch

@@ -120,14 +120,14 @@ def _cmd_create_tiny(args: argparse.Namespace) -> int:
 
 def _cmd_create_tiny_vlm(args: argparse.Namespace) -> int:
     from .loading import count_parameters, load_policy
-    from .tiny_vlm import create_tiny_vlm, image_tokens_per_image
+    from .tiny_vlm import create_tiny_vlm, image_tokens_for
 
-    out = create_tiny_vlm(args.out, size=args.size, seed=args.seed)
+    out = create_tiny_vlm(args.out, size=args.size, seed=args.seed, architecture=args.architecture)
     model, processor = load_policy(out, device="cpu")
     print(
-        f"created {out}: tiny LLaVA ({args.size} LM + CLIP vision encoder, "
+        f"created {out}: tiny {type(model).__name__} ({args.size} LM + vision encoder, "
         f"{count_parameters(model):,} parameters), vocab {len(processor.tokenizer)}, "
-        f"{image_tokens_per_image()} image tokens per 84x84 picture, seed {args.seed}"
+        f"{image_tokens_for(args.architecture)} image ids per 84x84 picture, seed {args.seed}"
     )
     return 0
 
@@ -197,6 +197,12 @@ def add_parser(subparsers) -> None:
         "--size", default="nano", choices=list(PRESETS), help="size of the language model"
     )
     vlm.add_argument("--seed", type=int, default=0, help="weight initialization seed")
+    vlm.add_argument(
+        "--architecture",
+        default="llava",
+        choices=["llava", "idefics3"],
+        help="transformers family: LLaVA (CLIP + projector) or Idefics3 (SmolVLM's)",
+    )
     vlm.set_defaults(func=_cmd_create_tiny_vlm)
 
     fetch = sub.add_parser(

@@ -12,7 +12,12 @@ tokenizer plus one special ``<image>`` token. Saved in HF format with a
 no torchvision needed), so ``AutoProcessor`` / ``AutoModelForImageTextToText`` load
 the folder.
 
-Why LLaVA: its positions are plain 1-D (Qwen2-VL's M-RoPE needs its own position
+``architecture="idefics3"`` builds the same thing in SmolVLM's family instead
+(``Idefics3ForConditionalGeneration``, PIL ``Idefics3ImageProcessorPil``): each picture
+becomes ``<fake_token_around_image><global-img>`` + 9 ``<image>`` ids +
+``<fake_token_around_image>``; the tests run the token-exactness checks on both.
+
+Why LLaVA by default: its positions are plain 1-D (Qwen2-VL's M-RoPE needs its own position
 ids), its image processor has a PIL backend, and one ``<image>`` becomes a fixed
 number of ids, ``(image_size / patch_size)**2``: 36 for the default 84x84 input with
 14-pixel patches, one patch per cell of ``sokoban_visual`` (a 6x6 room of 14-pixel
@@ -69,17 +74,65 @@ def image_tokens_per_image(image_size: int = IMAGE_SIZE, patch_size: int = PATCH
     return (image_size // patch_size) ** 2
 
 
-def build_processor(image_size: int = IMAGE_SIZE, patch_size: int = PATCH_SIZE):
-    """The tiny tokenizer (+ ``<image>``) and a PIL-backed LLaVA image processor."""
+#: the architecture families ``create_tiny_vlm`` builds
+ARCHITECTURES = ("llava", "idefics3")
+# Idefics3 (SmolVLM's family) writes each image as <fake_token_around_image><global-img>
+# <image>*n<fake_token_around_image>; its encoder merges scale_factor**2 patches per id
+_IDEFICS3_TOKENS = ("<fake_token_around_image>", "<global-img>", "<end_of_utterance>")
+IDEFICS3_SCALE_FACTOR = 2
+
+
+def _check_architecture(architecture: str) -> None:
+    if architecture not in ARCHITECTURES:
+        raise ValueError(
+            f"unknown tiny VLM architecture {architecture!r}; choose one of {', '.join(ARCHITECTURES)}"
+        )
+
+
+def image_tokens_for(architecture: str, image_size: int = IMAGE_SIZE, patch_size: int = PATCH_SIZE):
+    """``<image>`` ids per picture: one per patch (LLaVA), one per 2x2 patches (Idefics3)."""
+    _check_architecture(architecture)
+    n = image_tokens_per_image(image_size, patch_size)
+    return n if architecture == "llava" else n // IDEFICS3_SCALE_FACTOR**2
+
+
+def build_processor(
+    image_size: int = IMAGE_SIZE, patch_size: int = PATCH_SIZE, architecture: str = "llava"
+):
+    """The tiny tokenizer (+ the image tokens) and a PIL-backed image processor of
+    ``architecture`` (``LlavaProcessor`` or ``Idefics3Processor``)."""
     from tokenizers import AddedToken
+
+    _check_architecture(architecture)
+    tokenizer = build_tokenizer("chatml")
+    extra = _IDEFICS3_TOKENS if architecture == "idefics3" else ()
+    tokenizer.add_tokens(
+        [AddedToken(t, special=True, normalized=False) for t in (IMAGE_TOKEN, *extra)],
+        special_tokens=True,
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    if architecture == "idefics3":
+        from transformers import Idefics3Processor
+        from transformers.models.idefics3.image_processing_pil_idefics3 import (
+            Idefics3ImageProcessorPil,
+        )
+
+        image_processor = Idefics3ImageProcessorPil(
+            do_image_splitting=False,  # one 84x84 picture, no tiles
+            size={"longest_edge": image_size},
+            max_image_size={"longest_edge": image_size},
+            image_mean=[0.5, 0.5, 0.5],
+            image_std=[0.5, 0.5, 0.5],
+        )
+        return Idefics3Processor(
+            image_processor=image_processor,
+            tokenizer=tokenizer,
+            image_seq_len=image_tokens_for("idefics3", image_size, patch_size),
+            chat_template=CHAT_TEMPLATE,
+        )
     from transformers import LlavaProcessor
     from transformers.models.llava.image_processing_pil_llava import LlavaImageProcessorPil
 
-    tokenizer = build_tokenizer("chatml")
-    tokenizer.add_tokens(
-        [AddedToken(IMAGE_TOKEN, special=True, normalized=False)], special_tokens=True
-    )
-    tokenizer.chat_template = CHAT_TEMPLATE
     image_processor = LlavaImageProcessorPil(
         size={"height": image_size, "width": image_size},
         do_resize=True,
@@ -105,12 +158,16 @@ def build_vlm(
     seed: int = 0,
     image_size: int = IMAGE_SIZE,
     patch_size: int = PATCH_SIZE,
+    architecture: str = "llava",
 ):
-    """A randomly initialized ``LlavaForConditionalGeneration`` sized by preset ``size``."""
+    """A randomly initialized ``LlavaForConditionalGeneration`` (or
+    ``Idefics3ForConditionalGeneration``) whose LM is the tiny preset ``size``."""
     import torch
     from transformers import (
         CLIPVisionConfig,
         GenerationConfig,
+        Idefics3Config,
+        Idefics3ForConditionalGeneration,
         LlavaConfig,
         LlavaForConditionalGeneration,
         Qwen2Config,
@@ -132,6 +189,23 @@ def build_vlm(
         use_sliding_window=False,
         **PRESETS[size],
     )
+    torch.manual_seed(seed)
+    if architecture == "idefics3":
+        config = Idefics3Config(
+            vision_config=dict(
+                image_size=image_size, patch_size=patch_size, **VISION_PRESETS[size]
+            ),
+            text_config=text_config.to_dict(),
+            scale_factor=IDEFICS3_SCALE_FACTOR,
+            image_token_id=tok.convert_tokens_to_ids(IMAGE_TOKEN),
+            tie_word_embeddings=True,
+            pad_token_id=tok.pad_token_id,
+        )
+        model = Idefics3ForConditionalGeneration(config)
+        model.generation_config = GenerationConfig(
+            eos_token_id=eos_ids, pad_token_id=tok.pad_token_id
+        )
+        return model.eval()
     vision_config = CLIPVisionConfig(
         image_size=image_size, patch_size=patch_size, projection_dim=64, **VISION_PRESETS[size]
     )
@@ -144,7 +218,6 @@ def build_vlm(
         projector_hidden_act="gelu",
         tie_word_embeddings=True,
     )
-    torch.manual_seed(seed)
     model = LlavaForConditionalGeneration(config)
     model.generation_config = GenerationConfig(eos_token_id=eos_ids, pad_token_id=tok.pad_token_id)
     return model.eval()
@@ -156,12 +229,16 @@ def create_tiny_vlm(
     seed: int = 0,
     image_size: int = IMAGE_SIZE,
     patch_size: int = PATCH_SIZE,
+    architecture: str = "llava",
 ) -> Path:
     """Build a tiny LLaVA + processor and save them (HF format) to ``out_dir``; return it.
 
     Offline and deterministic. ``size`` picks the LM (``ragen.models.tiny.PRESETS``) and
-    a matching CLIP encoder (:data:`VISION_PRESETS`); default ``nano`` (the tests').
+    a matching vision encoder (:data:`VISION_PRESETS`); default ``nano`` (the tests').
+    ``architecture``: ``llava`` (default) or ``idefics3`` (SmolVLM's family: a SigLIP-style
+    encoder whose 2x2 patches merge into one id, 9 ids per 84x84 picture).
     """
+    _check_architecture(architecture)
     if size not in PRESETS:
         raise ValueError(f"unknown tiny model size {size!r}; choose one of {', '.join(PRESETS)}")
     if image_size % patch_size:
@@ -170,8 +247,8 @@ def create_tiny_vlm(
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"{out} exists and is not a folder; pick another --out")
     out.mkdir(parents=True, exist_ok=True)
-    processor = build_processor(image_size, patch_size)
-    model = build_vlm(size, processor, seed=seed, image_size=image_size, patch_size=patch_size)
+    processor = build_processor(image_size, patch_size, architecture)
+    model = build_vlm(size, processor, seed, image_size, patch_size, architecture)
     from .loading import quiet_transformers
 
     with quiet_transformers():
@@ -179,12 +256,12 @@ def create_tiny_vlm(
         processor.save_pretrained(out)
     n_params = sum(p.numel() for p in model.parameters())
     info = {
-        "architecture": "llava",
+        "architecture": architecture,
         "size": size,
         "seed": seed,
         "image_size": image_size,
         "patch_size": patch_size,
-        "image_tokens_per_image": image_tokens_per_image(image_size, patch_size),
+        "image_tokens_per_image": image_tokens_for(architecture, image_size, patch_size),
         "num_parameters": n_params,
     }
     (out / "ragen_tiny_vlm.json").write_text(json.dumps(info, indent=2) + "\n")
@@ -192,4 +269,5 @@ def create_tiny_vlm(
 
 
 DEFAULT_VLM_SIZE = "nano"
-__all__ = ["create_tiny_vlm", "build_processor", "build_vlm", "DEFAULT_SIZE", "DEFAULT_VLM_SIZE"]
+__all__ = ["ARCHITECTURES", "DEFAULT_SIZE", "DEFAULT_VLM_SIZE", "build_processor", "build_vlm"]
+__all__ += ["create_tiny_vlm", "image_tokens_for"]
