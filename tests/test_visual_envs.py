@@ -73,3 +73,20 @@ def test_checker_catches_a_picture_that_ignores_the_state():
 
     with pytest.raises(EnvCheckError, match="uint8"):
         check_env(WrongType(), seeds=(0,))
+
+
+def test_reasoning_formats_and_rule_checked_rewards_apply_to_visual_envs():
+    """Stating the state from the picture is scored against the same facts as the text
+    env's (the expert writes them truthfully, so it earns full scores)."""
+    from ragen.agent import EnvStateManager, RolloutConfig, run_rollout
+    from ragen.agent.policies import OraclePolicy
+
+    manager = EnvStateManager("sokoban_visual", env_groups=2, group_size=1, seed=0)
+    config = RolloutConfig(max_turns=2, reasoning="grounding_world_modeling", grounding_reward=1.0)
+    result = run_rollout(OraclePolicy(), manager, config, manager.seeds_for_step(0))
+    turns = [turn for traj in result.trajectories for turn in traj.turns]
+    assert turns and all(turn.format_ok for turn in turns)
+    for turn in turns:
+        scores = turn.info["reasoning_scores"]
+        assert scores["grounding"] == scores["world_model"] == 1.0
+        assert turn.observation == IMAGE_PLACEHOLDER  # the text showed no grid
