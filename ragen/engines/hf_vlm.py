@@ -27,13 +27,7 @@ import time
 from typing import Any
 
 from .base import Generation, SamplingParams
-from .hf import (
-    GenerationStats,
-    _accepts_logits_to_keep,
-    check_sampling_params,
-    default_eos_ids,
-    sample_next_token,
-)
+from .hf import GenerationStats, check_sampling_params, default_eos_ids, sample_next_token
 
 
 class HFVLMEngine:
@@ -214,6 +208,17 @@ def _sample_without_images(logits, params: SamplingParams, generator, image_id: 
     masked[:, image_id] = float("-inf")
     ids, _ = sample_next_token(masked, params.temperature, params.top_p, params.top_k, generator)
     return ids, logp_all.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+
+
+def _accepts_logits_to_keep(model) -> bool:
+    """Whether the model's ``forward`` (under a PEFT wrapper too) takes ``logits_to_keep``."""
+    import inspect
+
+    target = model.get_base_model() if hasattr(model, "get_base_model") else model
+    try:
+        return "logits_to_keep" in inspect.signature(target.forward).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _model_device(model: Any):
