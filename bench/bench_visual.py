@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ENVS = ("sokoban_visual", "frozen_lake_visual")
+LAST_CPU_SECONDS = 0.0  # of the last _ragen child (wall time is noisy on a shared machine)
 ALGOS = ("trico", "starpo-s")
 
 
@@ -77,7 +78,9 @@ BUDGETS = {
 
 
 def _ragen(args: list[str], log: Path) -> tuple[float, int]:
-    """Run ``python -m ragen.cli ARGS`` (output to ``log``); (wall s, peak RSS MiB)."""
+    """Run ``python -m ragen.cli ARGS`` (output to ``log``); (wall s, peak RSS MiB).
+    The child's CPU seconds (user + system) are in :data:`LAST_CPU_SECONDS`."""
+    global LAST_CPU_SECONDS
     tic = time.perf_counter()
     with open(log, "a") as out:
         out.write(f"$ ragen {' '.join(args)}\n")
@@ -86,6 +89,7 @@ def _ragen(args: list[str], log: Path) -> tuple[float, int]:
             [sys.executable, "-m", "ragen.cli", *args], stdout=out, stderr=subprocess.STDOUT
         )
         _, status, usage = os.wait4(proc.pid, 0)
+    LAST_CPU_SECONDS = usage.ru_utime + usage.ru_stime
     if os.waitstatus_to_exitcode(status) != 0:
         raise RuntimeError(f"ragen {' '.join(args)} failed; see {log}")
     return time.perf_counter() - tic, int(usage.ru_maxrss // 1024)
@@ -200,6 +204,7 @@ def cost(b: Budget, root: Path) -> list[dict]:
                 "update_s": statistics.mean(m["timing/update"] for m in lines[1:] or lines),
                 "peak_rss_mib": rss,
                 "wall_s": wall,
+                "cpu_s": LAST_CPU_SECONDS,  # the whole run: load + cost_steps steps + save
             }
         )
     (folder / "cost.json").write_text(json.dumps(rows, indent=2) + "\n")
