@@ -19,3 +19,23 @@ def tiny_model_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("tiny") / "nano"
     create_tiny(out, size="nano", seed=0)
     return str(out)
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm_dir(tmp_path_factory):
+    """Path of the tiny VLM (LLaVA: CLIP encoder + nano Qwen2, PIL image processor)."""
+    import torch
+
+    torch.set_num_threads(1)
+    from ragen.models.tiny_vlm import create_tiny_vlm
+
+    return str(create_tiny_vlm(tmp_path_factory.mktemp("tiny_vlm") / "nano", seed=0))
+
+
+@pytest.fixture(scope="session")
+def tiny_idefics3_dir(tmp_path_factory):
+    """The tiny VLM in SmolVLM's family (Idefics3: 9 image ids per picture)."""
+    from ragen.models.tiny_vlm import create_tiny_vlm
+
+    out = tmp_path_factory.mktemp("tiny_idefics3") / "nano"
+    return str(create_tiny_vlm(out, seed=0, architecture="idefics3"))

@@ -129,6 +129,17 @@ class ChatFormat:
             return self._backend.encode(text, add_special_tokens=False).ids
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
+    def encode_with_images(self, text: str, images: list) -> list[int]:
+        """Ids of template text holding image placeholders; a text-only format has none
+        (``ragen.agent.visual_context.VisionChatFormat`` implements it)."""
+        from ragen.errors import ConfigError
+
+        raise ConfigError(
+            "the environment observes through pictures but the model is text-only. Fix: use "
+            "a vision-language model (e.g. `ragen models create-tiny-vlm --out DIR`), or "
+            "the text version of the env (e.g. sokoban instead of sokoban_visual)"
+        )
+
     def decode(self, ids: list[int]) -> str:
         if self._backend is not None:
             return self._backend.decode(list(ids), skip_special_tokens=False)
@@ -244,6 +255,8 @@ class SampleIds:
     # 1 on the template ids closing each trainable response (see the module docstring);
     # same length as input_ids, never 1 where response_mask is
     turn_close_mask: list[int] = field(default_factory=list)
+    # the observations' pictures ((H, W, 3) uint8), in the order of their placeholders
+    images: list = field(default_factory=list)
 
 
 @dataclass
@@ -264,8 +277,9 @@ class _Sequence:
     closes_turn: bool = False  # the next glue closes a trainable response
     exact: bool = True
     fallbacks: int = 0
+    images: list = field(default_factory=list)  # pictures of the user messages, in order
 
-    def add_user(self, content: str) -> None:
+    def add_user(self, content: str, images: list | None = None) -> None:
         if not self.messages:
             self.messages = [{"role": "system", "content": self.system}]
             self.messages.append({"role": "user", "content": content})
@@ -285,7 +299,9 @@ class _Sequence:
                 if self.tail and glue.startswith(self.tail):
                     glue = glue[len(self.tail) :]
                 self.exact = False
-        ids = self.fmt.encode(glue)
+        # pictures: the processor expands each placeholder into its ids (VisionChatFormat)
+        ids = self.fmt.encode_with_images(glue, images) if images else self.fmt.encode(glue)
+        self.images.extend(images or [])
         n_close = self.fmt.turn_close_ids(glue, ids, self.tail) if self.closes_turn else 0
         self.tail, self.closes_turn = "", False
         self._extend(ids, glue, trainable=False, n_close=n_close)
@@ -327,6 +343,7 @@ class _Sequence:
     def snapshot(self) -> tuple:
         return (
             len(self.ids),
+            len(self.images),
             len(self.messages),
             len(self.text),
             self.tail,
@@ -339,6 +356,7 @@ class _Sequence:
     def restore(self, snap: tuple) -> None:
         (
             n_ids,
+            n_images,
             n_msgs,
             n_text,
             self.tail,
@@ -348,7 +366,7 @@ class _Sequence:
             self.fallbacks,
         ) = snap
         del self.ids[n_ids:], self.mask[n_ids:], self.logprobs[n_ids:], self.close[n_ids:]
-        del self.messages[n_msgs:]
+        del self.messages[n_msgs:], self.images[n_images:]
         self.text = self.text[:n_text]
 
     def sample(self, turn_index: int) -> SampleIds:
@@ -361,6 +379,7 @@ class _Sequence:
             turn_index=turn_index,
             exact=self.exact and roundtrip,
             turn_close_mask=list(self.close),
+            images=list(self.images),
         )
 
 
@@ -370,6 +389,7 @@ class _Turn:
     ids: list[int]
     logprobs: list[float] | None
     ended_by_eos: bool
+    images: list = field(default_factory=list)
 
 
 class ContextManager:
@@ -391,12 +411,16 @@ class ContextManager:
         self._full = _Sequence(fmt, system, fmt.strategy)
         self._pending: _Sequence | None = None  # the sequence holding the open prompt
         self._pending_user: str | None = None
+        self._pending_images: list = []
         self._snapshot: tuple | None = None
         self._window_samples: list[SampleIds] = []
         self.fallbacks = 0
 
-    def next_prompt(self, user: str) -> list[int]:
-        """Token ids of the prompt for the next turn, ending with the generation prompt."""
+    def next_prompt(self, user: str, images: list | None = None) -> list[int]:
+        """Token ids of the prompt for the next turn, ending with the generation prompt.
+
+        ``images``: the pictures of ``user``'s image placeholders (a visual env's
+        observation); the prompt's pictures are then :attr:`prompt_images`."""
         if self._pending is not None:
             raise RuntimeError("next_prompt called twice without add_response/cancel_prompt")
         if self.window is None:
@@ -405,10 +429,11 @@ class ContextManager:
         else:
             seq = _Sequence(self.fmt, self.system, self.fmt.strategy)
             for turn in self.turns[max(0, len(self.turns) - self.window) :] if self.window else []:
-                seq.add_user(turn.user)
+                seq.add_user(turn.user, turn.images)
                 seq.add_response(turn.ids, turn.logprobs, False, turn.ended_by_eos)
-        seq.add_user(user)
+        seq.add_user(user, images)
         self._pending, self._pending_user = seq, user
+        self._pending_images = list(images or [])
         return list(seq.ids)
 
     def add_response(
@@ -421,7 +446,9 @@ class ContextManager:
         """
         seq = self._take_pending()
         content = seq.add_response(ids, logprobs, True, ended_by_eos)
-        self.turns.append(_Turn(self._pending_user or "", list(ids), logprobs, ended_by_eos))
+        self.turns.append(
+            _Turn(self._pending_user or "", list(ids), logprobs, ended_by_eos, self._pending_images)
+        )
         if self.window is not None:
             self.fallbacks += seq.fallbacks
             self._window_samples.append(seq.sample(turn_index=len(self.turns) - 1))
@@ -440,6 +467,15 @@ class ContextManager:
         if self.window is not None:
             return list(self._window_samples)
         return [self._full.sample(turn_index=0)]
+
+    @property
+    def prompt_images(self) -> list:
+        """The pictures of the open prompt, in the order of their placeholders (the whole
+        history's under ``window=None``; the last ``window`` turns' and the new one's
+        otherwise): what the model's forward pass needs next to the prompt ids."""
+        if self._pending is None:
+            raise RuntimeError("no open prompt: call next_prompt first")
+        return list(self._pending.images)
 
     @property
     def num_fallbacks(self) -> int:

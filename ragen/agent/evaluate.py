@@ -180,9 +180,9 @@ def build_policy(
             f"evaluate got a {type(model).__name__} without tokenizer=; pass the model's "
             "tokenizer (or a path / 'oracle' / 'random' as model)"
         )
-    from ragen.engines.hf import HFEngine
+    from ragen.engines.hf_vlm import engine_for  # HFEngine, or HFVLMEngine for a VLM
 
-    return ModelPolicy(HFEngine(model, tokenizer), tokenizer)
+    return ModelPolicy(engine_for(model, tokenizer), tokenizer)
 
 
 @dataclass

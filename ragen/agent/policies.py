@@ -38,6 +38,8 @@ class TurnRequest:
     env: Env
     messages: list[dict[str, str]]  # chat messages (system, ..., current user)
     prompt_ids: list[int] | None = None  # token prompt (when the rollout has a tokenizer)
+    # the prompt's pictures ((H, W, 3) uint8, placeholder order) when the env is visual
+    images: list | None = None
     turn: int = 0
     max_actions: int = 1  # actions this turn may execute (per-turn and trajectory budget)
     reasoning: str = "free_think"  # the reply format (ragen.agent.reasoning)
@@ -80,7 +82,11 @@ class ModelPolicy(Policy):
             if r.prompt_ids is None:
                 raise ValueError("ModelPolicy needs prompt_ids; the rollout builds them")
             prompts.append(r.prompt_ids)
-        generations = self.engine.generate(prompts, params)
+        if any(r.images for r in requests):  # a VLM engine (ragen.engines.hf_vlm)
+            images = [list(r.images or []) for r in requests]
+            generations = self.engine.generate(prompts, params, images=images)
+        else:
+            generations = self.engine.generate(prompts, params)
         if len(generations) != len(prompts):
             raise RuntimeError(
                 f"engine returned {len(generations)} generations for {len(prompts)} prompts"

@@ -29,6 +29,7 @@ from typing import Any
 
 from ragen.engines.base import SamplingParams
 from ragen.envs.base import StepResultError, check_step_result, derive_seed
+from ragen.envs.visual import has_image_observations
 
 from . import prompts
 from .context import ChatFormat, ContextManager, SampleIds
@@ -38,6 +39,7 @@ from .policies import Policy, PolicyOutput, TurnRequest
 from .reasoning import REASONING_FORMATS, check_env_supports, parse_reply
 from .reasoning_rewards import REASONING_REWARDS, ReasoningScores, applicable_rewards, score_turn
 from .trajectory import Trajectory, TurnRecord
+from .visual_context import chat_format_for
 
 
 @dataclass
@@ -220,7 +222,8 @@ def _chat_format(policy: Policy, strategy: str) -> ChatFormat | None:
     cache = policy.__dict__.setdefault("_ragen_chat_formats", {})
     if strategy not in cache:
         eos = getattr(getattr(policy, "engine", None), "eos_token_ids", None)
-        cache[strategy] = ChatFormat(policy.tokenizer, strategy=strategy, eos_ids=eos)
+        # a VLM's processor gives a VisionChatFormat (pictures in the prompt ids)
+        cache[strategy] = chat_format_for(policy.tokenizer, strategy, eos)
     return cache[strategy]
 
 
@@ -348,9 +351,14 @@ def _open_turn(
         max_turns=config.max_turns,
         style=config.prompt_style,
     )
-    prompt_ids = None
+    prompt_ids, images = None, None
     if ep.ctx is not None:
-        prompt_ids = ep.ctx.next_prompt(user)
+        env = manager.envs[ep.index]
+        # a visual env's pictures of this observation (ragen.envs.visual); a text policy
+        # without a tokenizer reads the text only
+        pictures = env.observation_images() if has_image_observations(env) else None
+        prompt_ids = ep.ctx.next_prompt(user, pictures)
+        images = ep.ctx.prompt_images or None
         if len(prompt_ids) + config.max_new_tokens > max_model_len:
             ep.ctx.cancel_prompt()
             _end_after_last_turn(ep, "context_overflow")
@@ -367,6 +375,7 @@ def _open_turn(
         env=manager.envs[ep.index],
         messages=messages,
         prompt_ids=prompt_ids,
+        images=images,
         turn=turn,
         max_actions=min(config.max_actions_per_turn, left),
         reasoning=config.reasoning,
@@ -635,6 +644,7 @@ def _trajectory(s: SampleIds, rewards: list[float], facts: dict[str, Any]) -> Tr
         turn_index=s.turn_index,
         context_exact=s.exact,
         turn_close_mask=s.turn_close_mask,
+        images=s.images,
         **facts,
     )
 

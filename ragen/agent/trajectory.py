@@ -97,6 +97,10 @@ class Trajectory:
     # len == len(input_ids) (or empty): 1 on the chat-template ids that close each
     # trainable response, e.g. ``<|im_end|>\n`` (ragen.agent.context); masked_gae's M_adv
     turn_close_mask: list[int] = field(default_factory=list)
+    # the pictures of a visual env's observations in this sample ((H, W, 3) uint8 numpy),
+    # in the order of their image ids in input_ids; the trainer's forward passes turn
+    # them into pixel inputs (ragen.models.vlm.pixel_inputs). Never written to JSON.
+    images: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.end_reason not in END_REASONS:
@@ -141,7 +145,12 @@ class Trajectory:
         return int(sum(self.response_mask))
 
     def to_json(self, with_ids: bool = False) -> dict[str, Any]:
-        d = asdict(self)
+        images, self.images = self.images, []  # arrays: not JSON, and costly to deep-copy
+        try:
+            d = asdict(self)
+        finally:
+            self.images = images
+        d.pop("images")
         if not with_ids:
             for k in ("input_ids", "response_mask", "gen_logprobs", "turn_close_mask"):
                 d.pop(k)

@@ -127,11 +127,19 @@ class RolloutWorker:
     """One rollout worker (run as a Ray actor by :class:`RolloutWorkerPool`): a copy of
     the policy built from the run's model path, and env managers by spec."""
 
-    def __init__(self, model_path: str, lora: Any, device: str, dtype: Any, threads: int = 1):
+    def __init__(
+        self,
+        model_path: str,
+        lora: Any,
+        device: str,
+        dtype: Any,
+        threads: int = 1,
+        engine: str = "static",
+    ):
         import torch
 
         from ragen.agent.policies import ModelPolicy
-        from ragen.engines.hf import HFEngine
+        from ragen.engines.hf_vlm import engine_for
         from ragen.models import load_policy
 
         torch.set_num_threads(max(1, int(threads)))
@@ -141,7 +149,7 @@ class RolloutWorker:
 
             model = apply_lora(model, lora)
         self.model = model.eval().requires_grad_(False)
-        self.engine = HFEngine(self.model, tokenizer)
+        self.engine = engine_for(self.model, tokenizer, engine)  # the trainer's model.engine
         self.policy = ModelPolicy(self.engine, tokenizer)
         self._managers: dict[str, Any] = {}
 
@@ -207,10 +215,12 @@ class RolloutWorkerPool:
         dtype: Any,
         resources: dict[str, float],
         batch_groups: int = 1,
+        engine: str = "static",
     ):
         self.ray = ray
         self.batch_groups = int(batch_groups)
-        self._args = (model_path, lora, device, dtype, max(1, int(resources["num_cpus"] or 1)))
+        threads = max(1, int(resources["num_cpus"] or 1))
+        self._args = (model_path, lora, device, dtype, threads, engine)
         self.resources = resources
         self._actor_class = ray.remote(**resources)(RolloutWorker)
         self.workers = [self._actor_class.remote(*self._args) for _ in range(n_workers)]

@@ -35,6 +35,7 @@ class ScaleOut:
                     dtype=trainer.dtype,
                     resources=resources,
                     batch_groups=t.worker_batch_groups,
+                    engine=trainer.cfg.model.engine,
                 )
             if t.train_ranks > 1:
                 from .data_parallel import DataParallelUpdater

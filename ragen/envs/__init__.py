@@ -62,6 +62,16 @@ register(
 register("frozen_lake", _LAKE, "FrozenLake 4x4, random map, slippery (intended move p=0.8)")
 register("frozen_lake_det", _LAKE, "FrozenLake 4x4, random map, deterministic (p=1)", p=1.0)
 register(
+    "sokoban_visual",
+    "ragen.envs.visual:VisualSokobanEnv",
+    "Sokoban 6x6, 1 box, seen as an 84x84 picture (VAGEN; render('rgb'), 14 px cells)",
+)
+register(
+    "frozen_lake_visual",
+    "ragen.envs.visual:VisualFrozenLakeEnv",
+    "FrozenLake 4x4, slippery, seen as an 84x84 picture (VAGEN; render('rgb'), 21 px cells)",
+)
+register(
     "countdown",
     "ragen.envs.countdown:CountdownEnv",
     "Countdown: reach the target from 3-4 numbers with + - * / (single turn)",

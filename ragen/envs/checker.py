@@ -22,7 +22,11 @@ Checks, for each seed:
 6. every name in ``action_names`` and the ``oracle_action`` are accepted as valid;
 7. ``render("rgb")``, where supported, is an ``(H, W, 3)`` uint8 array;
 8. after the end, ``step`` repeats the same ``terminated``/``truncated`` flags
-   without raising.
+   without raising;
+9. an env with image observations (``observation_images()``, ``ragen.envs.visual``)
+   gives one ``(H, W, 3)`` uint8 array per image placeholder of its text observation,
+   the same pictures for the same seed, and a new picture when an action changed the
+   state.
 """
 
 from __future__ import annotations
@@ -86,6 +90,7 @@ def check_env(
         _check_episode(env, seed, rng, max_steps)
         _check_reproducible(env, seed, max_steps)
         _check_rgb(env, seed)
+        _check_images(env, seed, rng)
 
 
 def _check_reset(env: Env, seed: int) -> None:
@@ -209,6 +214,51 @@ def _check_rgb(env: Env, seed: int) -> None:
         pass
     else:
         raise _fail(env, "render with an unknown mode must raise ValueError")
+
+
+def _check_images(env: Env, seed: int, rng: random.Random) -> None:
+    from .visual import IMAGE_PLACEHOLDER, has_image_observations
+
+    if not has_image_observations(env):
+        return
+
+    def pictures() -> list[np.ndarray]:
+        images = env.observation_images()  # type: ignore[attr-defined]
+        n_slots = env.render("text").count(IMAGE_PLACEHOLDER)
+        if not isinstance(images, list) or len(images) != n_slots:
+            raise _fail(
+                env,
+                f"observation_images() must return a list with one image per {IMAGE_PLACEHOLDER} "
+                f"in the observation ({n_slots}), got {type(images).__name__} "
+                f"of {len(images) if isinstance(images, list) else '?'}",
+            )
+        for image in images:
+            if not (
+                isinstance(image, np.ndarray)
+                and image.dtype == np.uint8
+                and image.ndim == 3
+                and image.shape[2] == 3
+                and min(image.shape[:2]) > 0
+            ):
+                raise _fail(env, "observation images must be (H, W, 3) uint8 numpy arrays")
+        return [image.copy() for image in images]
+
+    env.reset(seed)
+    first = pictures()
+    for _ in range(20):  # until an action changes the state
+        before = env.snapshot()
+        _, _, terminated, truncated, info = _checked_step(env, _any_action(env, rng))
+        if env.snapshot() != before:
+            after = pictures()
+            if all(np.array_equal(a, b) for a, b in zip(first, after)):
+                raise _fail(env, "the state changed but the observation image did not")
+            break
+        if terminated or truncated:
+            break
+    env.reset(seed)
+    again = pictures()
+    if len(again) != len(first) or not all(np.array_equal(a, b) for a, b in zip(first, again)):
+        raise _fail(env, "reset with the same seed gave different observation images")
 
 
 def _any_action(env: Env, rng: random.Random) -> str:

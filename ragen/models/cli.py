@@ -1,6 +1,7 @@
-"""``ragen models ...``: create-tiny, fetch-smollm2, info.
+"""``ragen models ...``: create-tiny, create-tiny-vlm, fetch-smollm2, info.
 
     ragen models create-tiny --out runs/tiny                  # tiny:micro, 2.9M parameters
+    ragen models create-tiny-vlm --out runs/tiny-vlm          # tiny LLaVA (CLIP + tiny:nano)
     ragen models create-tiny --out runs/tiny-small --size small --seed 0 --chat-format chatml
     ragen models fetch-smollm2 [--dest ~/.cache/ragen/models]
     ragen models info PATH
@@ -81,9 +82,11 @@ def fetch_smollm2(dest: str | Path | None = None, quiet: bool = False) -> Path:
 def model_info(path: str | Path) -> dict:
     """Facts about a policy: parameters, vocabulary, chat template kind, eos/pad."""
     from .loading import chat_template_kind, count_parameters, load_policy
+    from .vlm import is_processor, text_tokenizer
 
-    model, tok = load_policy(path, device="cpu")
-    config = model.config
+    model, loaded = load_policy(path, device="cpu")
+    tok = text_tokenizer(loaded)  # a VLM comes with its processor
+    config = model.config.get_text_config()
     return {
         "path": str(path),
         "architecture": type(model).__name__,
@@ -97,6 +100,7 @@ def model_info(path: str | Path) -> dict:
         "pad": f"{tok.pad_token!r} ({tok.pad_token_id})",
         "bos": f"{tok.bos_token!r} ({tok.bos_token_id})",
         "generation_eos_ids": getattr(model.generation_config, "eos_token_id", None),
+        "processor": type(loaded).__name__ if is_processor(loaded) else None,
     }
 
 
@@ -110,6 +114,20 @@ def _cmd_create_tiny(args: argparse.Namespace) -> int:
     print(
         f"created {out}: {describe(args.size)} ({count_parameters(model):,}), "
         f"vocab {len(tok)}, chat format {args.chat_format}, seed {args.seed}"
+    )
+    return 0
+
+
+def _cmd_create_tiny_vlm(args: argparse.Namespace) -> int:
+    from .loading import count_parameters, load_policy
+    from .tiny_vlm import create_tiny_vlm, image_tokens_for
+
+    out = create_tiny_vlm(args.out, size=args.size, seed=args.seed, architecture=args.architecture)
+    model, processor = load_policy(out, device="cpu")
+    print(
+        f"created {out}: tiny {type(model).__name__} ({args.size} LM + vision encoder, "
+        f"{count_parameters(model):,} parameters), vocab {len(processor.tokenizer)}, "
+        f"{image_tokens_for(args.architecture)} image ids per 84x84 picture, seed {args.seed}"
     )
     return 0
 
@@ -168,6 +186,24 @@ def add_parser(subparsers) -> None:
         help="chat template and special tokens",
     )
     tiny.set_defaults(func=_cmd_create_tiny)
+
+    vlm = sub.add_parser(
+        "create-tiny-vlm",
+        help="build a tiny random vision-language model (LLaVA: CLIP + tiny Qwen2) + processor",
+        formatter_class=HelpFormatter,
+    )
+    vlm.add_argument("--out", required=True, help="output folder (HF format)")
+    vlm.add_argument(
+        "--size", default="nano", choices=list(PRESETS), help="size of the language model"
+    )
+    vlm.add_argument("--seed", type=int, default=0, help="weight initialization seed")
+    vlm.add_argument(
+        "--architecture",
+        default="llava",
+        choices=["llava", "idefics3"],
+        help="transformers family: LLaVA (CLIP + projector) or Idefics3 (SmolVLM's)",
+    )
+    vlm.set_defaults(func=_cmd_create_tiny_vlm)
 
     fetch = sub.add_parser(
         "fetch-smollm2",

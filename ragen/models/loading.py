@@ -579,7 +579,9 @@ def load_policy(
     ``name_or_path``: a hub id, a folder with ``config.json`` (``save_pretrained``
     output), or a ``.gguf`` file (dequantized to ``dtype`` by transformers; needs the
     ``gguf`` package). ``local_files_only`` defaults to the ``HF_HUB_OFFLINE`` /
-    ``TRANSFORMERS_OFFLINE`` environment flags.
+    ``TRANSFORMERS_OFFLINE`` environment flags. A vision-language model (a config with
+    ``vision_config``: LLaVA, Qwen2-VL, SmolVLM, ...) comes back as ``(model,
+    processor)`` (``ragen.models.vlm``).
     """
     from transformers import AutoModelForCausalLM
 
@@ -587,6 +589,10 @@ def load_policy(
     dtype = pick_dtype(device, dtype)
     source, gguf_file, is_local = _resolve_cached(name_or_path, gguf_file, True, trust_remote_code)
     offline = _offline(local_files_only)
+    if not gguf_file and _is_vision_source(source, is_local, offline, trust_remote_code):
+        from .vlm import load_vlm  # image-text-to-text: (model, processor)
+
+        return load_vlm(source, device, dtype, trust_remote_code, None if is_local else offline)
     tokenizer = load_tokenizer(
         source, gguf_file=gguf_file, trust_remote_code=trust_remote_code,
         local_files_only=local_files_only,
@@ -607,6 +613,28 @@ def load_policy(
     model.eval()
     _sync_special_ids(model, tokenizer)
     return model, tokenizer
+
+
+def _is_vision_source(source: str, is_local: bool, offline: bool, trust_remote_code: bool) -> bool:
+    """Whether ``source`` holds a vision-language model (its config has ``vision_config``)."""
+    if is_local:
+        try:
+            config = json.loads((Path(source) / "config.json").read_text())
+        except (OSError, ValueError):
+            return False
+        return isinstance(config, dict) and bool(config.get("vision_config"))
+    from transformers import AutoConfig
+
+    from .vlm import is_vision_config
+
+    try:
+        with quiet_transformers():
+            config = AutoConfig.from_pretrained(
+                source, local_files_only=offline, trust_remote_code=trust_remote_code
+            )
+    except (OSError, ValueError):
+        return False  # the causal-LM path reports the problem in its own words
+    return is_vision_config(config)
 
 
 def _sync_special_ids(model, tokenizer) -> None:

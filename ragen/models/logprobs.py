@@ -59,6 +59,7 @@ def sequence_logprobs(
     temperature: float = 1.0,
     positions=None,
     with_entropy: bool = False,
+    **model_inputs,
 ):
     """Log-probs (and entropies) of ``input_ids`` given their prefixes.
 
@@ -68,6 +69,8 @@ def sequence_logprobs(
     Returns ``log_prob`` ``(B, T)`` float32 with column 0 = 0 (no prefix), and
     ``entropy`` ``(B, T)`` of the distribution that chose token t (or ``None``).
     Differentiable (chunked, memory-lean softmax from ``ragen.algo``).
+    ``model_inputs``: extra forward inputs, e.g. a VLM's ``pixel_values``
+    (``ragen.models.vlm.pixel_inputs``); they take the full forward pass.
     """
     import torch
 
@@ -78,13 +81,14 @@ def sequence_logprobs(
     scale = 1.0 if not temperature else float(temperature)
     position_ids = position_ids_from_mask(attention_mask)
     targets = input_ids[:, 1:]
-    split = split_head(model) if positions is not None else None
+    split = split_head(model) if positions is not None and not model_inputs else None
     if split is None:
         logits = model(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
             use_cache=False,
+            **model_inputs,
         ).logits[:, :-1]
         logits = logits.float() / scale  # (B, T-1, V): row t-1 predicts token t
         log_prob = logprobs_from_logits(logits, targets)

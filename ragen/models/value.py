@@ -30,6 +30,7 @@ from ragen.errors import ModelLoadError
 
 from .loading import load_policy, pick_device, pick_dtype, quiet_transformers, resolve_source
 from .logprobs import position_ids_from_mask
+from .vlm import create_vision_critic, is_vision_config
 
 
 def _is_critic_config(config) -> bool:
@@ -107,6 +108,11 @@ def create_critic(policy_path_or_model, device: Any = None, dtype: Any = None):
                 config = AutoConfig.from_pretrained(source)
                 if _is_critic_config(config):
                     return load_critic(source, device=device, dtype=dtype)
+            if is_vision_config(config):  # transformers has no token classifier for VLMs
+                policy, _ = load_policy(source, device="cpu", dtype=dtype)
+                _say("critic: the VLM's backbone with a value head initialized to zero")
+                return create_vision_critic(policy, device=device, dtype=dtype)
+            with quiet_transformers(progress_bars=not is_local):
                 # the new head is "missing" from the policy's weights: expected, said once below
                 critic = AutoModelForTokenClassification.from_pretrained(
                     source, config=_value_config(config), dtype=dtype
@@ -120,6 +126,8 @@ def create_critic(policy_path_or_model, device: Any = None, dtype: Any = None):
             f"create_critic needs a model path or a transformers model, got {type(policy).__name__}"
         )
     base = policy.get_base_model() if hasattr(policy, "get_base_model") else policy
+    if is_vision_config(getattr(base, "config", None)):
+        return create_vision_critic(policy, device=device, dtype=dtype)
     critic = AutoModelForTokenClassification.from_config(_value_config(base.config), dtype=dtype)
     backbone = getattr(critic, critic.base_model_prefix)
     missing, unexpected = backbone.load_state_dict(_backbone_state_dict(policy), strict=False)

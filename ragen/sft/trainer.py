@@ -114,25 +114,36 @@ def make_expert_data(tokenizer, cfg: SFTConfig, split: str = "train") -> list[Tr
     return data
 
 
-def sft_loss(model, batch: TrainingBatch) -> tuple[torch.Tensor, torch.Tensor]:
+def sft_loss(model, batch: TrainingBatch, processor=None) -> tuple[torch.Tensor, torch.Tensor]:
     """Summed negative log-likelihood over response tokens and their count.
 
     batch tensors are (B, T); the LM head runs only where a response token is predicted
-    (``sequence_logprobs`` with ``positions=response_mask``).
+    (``sequence_logprobs`` with ``positions=response_mask``). A VLM's rows carry their
+    pictures (``batch.images``): ``processor`` turns them into pixel inputs.
     """
     from ragen.models.logprobs import sequence_logprobs
+    from ragen.models.vlm import pixel_inputs, row_images
 
+    vision = {}
+    if batch.images and processor is not None:
+        dtype = next(model.parameters()).dtype
+        device = batch.input_ids.device
+        vision = pixel_inputs(processor, row_images(batch.images), device, dtype)
     mask = batch.response_mask
-    log_prob, _ = sequence_logprobs(model, batch.input_ids, batch.attention_mask, positions=mask)
+    log_prob, _ = sequence_logprobs(
+        model, batch.input_ids, batch.attention_mask, positions=mask, **vision
+    )
     return -(log_prob * mask).sum(), mask[:, 1:].sum()
 
 
 def train_sft(model, tokenizer, data: list[Trajectory], cfg: SFTConfig, log=print) -> list[dict]:
     """Train ``model`` in place on ``data``; returns per-step metrics."""
+    from ragen.models.vlm import is_processor, text_tokenizer
+
     device = next(model.parameters()).device
-    pad_id = (
-        tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    )
+    processor = tokenizer if is_processor(tokenizer) else None  # a VLM: pixels too
+    text_tok = text_tokenizer(tokenizer)
+    pad_id = text_tok.pad_token_id if text_tok.pad_token_id is not None else text_tok.eos_token_id
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     rng = random.Random(cfg.seed)
@@ -160,7 +171,7 @@ def train_sft(model, tokenizer, data: list[Trajectory], cfg: SFTConfig, log=prin
             loss_sum = 0.0
             for _, mb in micro_batches(batch, range(batch.size), cfg.micro_token_budget):
                 with autocast:
-                    nll, _ = sft_loss(model, mb.to(device))
+                    nll, _ = sft_loss(model, mb.to(device), processor)
                 (nll / total_tokens).backward()
                 loss_sum += float(nll.detach())
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, 1.0))

@@ -47,6 +47,10 @@ class TrainingBatch:
     final_values           critic    (B,) V(the whole row): the bootstrap value
     token_level_rewards    adv       scores minus the in-reward KL penalty
     advantages, returns    adv       estimator outputs, 0 off the response
+    images                 collate   per row, the pictures of its image ids (a list of
+                                     (H, W, 3) uint8 arrays; None for text-only rows):
+                                     not a tensor, turned into pixel inputs at each
+                                     forward pass (``ragen.models.vlm.pixel_inputs``)
     =====================  ========  ================================================
     """
 
@@ -68,6 +72,7 @@ class TrainingBatch:
     token_level_rewards: Tensor | None = None
     advantages: Tensor | None = None
     returns: Tensor | None = None
+    images: list[list] | None = None
 
     @property
     def size(self) -> int:
@@ -77,7 +82,7 @@ class TrainingBatch:
     def _tensors(self) -> Iterator[tuple[str, Tensor]]:
         for f in fields(self):
             value = getattr(self, f.name)
-            if value is not None:
+            if isinstance(value, Tensor):
                 yield f.name, value
 
     def to(self, device: torch.device | str) -> TrainingBatch:
@@ -89,8 +94,10 @@ class TrainingBatch:
         (right padding makes ``[:, :L]`` lossless)."""
         idx = torch.as_tensor(list(index), dtype=torch.long, device=self.lengths.device)
         length = int(self.lengths[idx].max())
+        images = None if self.images is None else [self.images[i] for i in idx.tolist()]
         return replace(
             self,
+            images=images,
             **{k: v[idx, :length] if v.dim() == 2 else v[idx] for k, v in self._tensors()},
         )
 
@@ -122,6 +129,9 @@ def collate(trajectories: Sequence[Trajectory], pad_id: int) -> TrainingBatch:
         turn_end_mask=turn_end_mask,
         gen_log_prob=gen_log_prob,
         lengths=torch.tensor(lengths, dtype=torch.long),
+        images=[list(t.images) for t in trajectories]
+        if any(t.images for t in trajectories)
+        else None,
     )
 
 

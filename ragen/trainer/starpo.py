@@ -42,6 +42,7 @@ from ragen.envs.base import derive_seed
 from ragen.errors import ConfigError
 from ragen.models.logprobs import sequence_logprobs
 from ragen.models.precision import cpu_autocast
+from ragen.models.vlm import is_processor, pixel_inputs, row_images, text_tokenizer
 
 from . import setup
 from .batching import (
@@ -74,6 +75,7 @@ def token_log_probs(
     temperature: float,
     response_mask: torch.Tensor,
     with_entropy: bool = False,
+    **model_inputs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs (and entropies) of the response tokens given their prefixes.
 
@@ -81,7 +83,8 @@ def token_log_probs(
     (B, T) of the next-token distribution that chose token t, both 0 off the response.
     The distribution is softmax(logits / temperature), the one generation sampled from.
     The LM head runs only at positions that predict a response token
-    (``ragen.models.logprobs.sequence_logprobs``).
+    (``ragen.models.logprobs.sequence_logprobs``). ``model_inputs``: a VLM's pixel
+    inputs for the rows' pictures (:meth:`StarPOTrainer.vision_inputs`).
     """
     return sequence_logprobs(
         model,
@@ -90,11 +93,15 @@ def token_log_probs(
         temperature=max(temperature, 1e-6),
         positions=response_mask,
         with_entropy=with_entropy,
+        **model_inputs,
     )
 
 
 def token_values(
-    critic: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor
+    critic: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    **model_inputs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Critic values aligned to positions, and the value of each whole row.
 
@@ -103,7 +110,8 @@ def token_values(
     the value of the state after the row's last token, which a truncated episode
     bootstraps from.
     """
-    out = critic(input_ids=input_ids, attention_mask=attention_mask).logits[..., 0].float()
+    out = critic(input_ids=input_ids, attention_mask=attention_mask, **model_inputs)
+    out = out.logits[..., 0].float()
     values = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
     values[:, 1:] = out[:, :-1]
     last = attention_mask.sum(-1).long() - 1
@@ -211,14 +219,15 @@ class StarPOTrainer:
         if self.critic is not None:
             self.critic_opt = setup.make_optimizer(self.critic, m.critic_lr, m.weight_decay)
             self.critic_sched = setup.make_scheduler(self.critic_opt, m.warmup_steps)
+        text_tok = text_tokenizer(tokenizer)  # a VLM's processor holds its tokenizer
         self.pad_id = (
-            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+            text_tok.pad_token_id if text_tok.pad_token_id is not None else text_tok.eos_token_id
         )
 
     def _build_rollout(self) -> None:
         from ragen.agent.env_manager import EnvStateManager
         from ragen.agent.policies import ModelPolicy
-        from ragen.engines.compiled import make_hf_engine
+        from ragen.engines.hf_vlm import engine_for
 
         c, r = self.cfg, self.cfg.rollout
         env_config = dict(c.env.config)
@@ -237,7 +246,8 @@ class StarPOTrainer:
             seed=c.trainer.seed,
         )
         # The engine wraps the training model itself: generation always sees the latest weights.
-        self.engine = make_hf_engine(self.actor, self.tokenizer, c.model.engine)
+        # model.engine's text engine (eager | static | compiled), or HFVLMEngine for a VLM
+        self.engine = engine_for(self.actor, self.tokenizer, c.model.engine)
         self.policy = ModelPolicy(self.engine, self.tokenizer)
         self.rollout_cfg = r  # per rollout: a copy with its temperature and seed
 
@@ -609,6 +619,9 @@ class StarPOTrainer:
     def reasoning_stats(self, trajectories: list[Trajectory], step: int) -> dict[str, float]:
         from .reasoning_stats import reasoning_stats
 
+        if is_processor(self.tokenizer):  # cross-prompt scoring does not carry pictures yet
+            return {}
+
         with self.autocast:
             return reasoning_stats(
                 self.actor,
@@ -653,6 +666,14 @@ class StarPOTrainer:
                     batch.advantage_mask[i, : len(close)] += close
         return batch.to(self.device)
 
+    def vision_inputs(self, mb: TrainingBatch) -> dict[str, Any]:
+        """Pixel inputs of a micro-batch's pictures (empty for text rows): the model's own
+        image processor on the same pictures generation saw (``ragen.models.vlm``)."""
+        if not mb.images or not any(mb.images):
+            return {}
+        dtype = next(self.actor.parameters()).dtype
+        return pixel_inputs(self.tokenizer, row_images(mb.images), self.device, dtype)
+
     def _micro_batches(self, batch: TrainingBatch, rows: Sequence[int] | None = None):
         """``(row_ids, micro_batch)`` pairs within ``algo.micro_token_budget``."""
         rows = range(batch.size) if rows is None else rows
@@ -677,6 +698,7 @@ class StarPOTrainer:
                     temperature,
                     mb.response_mask,
                     with_entropy=want_entropy,
+                    **self.vision_inputs(mb),
                 )
                 old[rows, :L] = lp
                 if ent is not None:
@@ -693,11 +715,12 @@ class StarPOTrainer:
 
     def _ref_log_probs(self, mb: TrainingBatch, temperature: float) -> torch.Tensor:
         args = (mb.input_ids, mb.attention_mask, temperature, mb.response_mask)
+        vision = self.vision_inputs(mb)
         if self.use_lora:
             # the reference is the base model: the same weights with the adapters off
             with self.actor.disable_adapter():
-                return token_log_probs(self.actor, *args)[0]
-        return token_log_probs(self.ref, *args)[0]
+                return token_log_probs(self.actor, *args, **vision)[0]
+        return token_log_probs(self.ref, *args, **vision)[0]
 
     @torch.no_grad()
     def compute_values(self, batch: TrainingBatch) -> None:
@@ -709,7 +732,9 @@ class StarPOTrainer:
         self.critic.eval()
         for rows, mb in self._micro_batches(batch):
             with self.autocast:
-                v, f = token_values(self.critic, mb.input_ids, mb.attention_mask)
+                v, f = token_values(
+                    self.critic, mb.input_ids, mb.attention_mask, **self.vision_inputs(mb)
+                )
             values[rows, : mb.input_ids.shape[1]] = v
             final[rows] = f
         batch.values = values * batch.advantage_mask
@@ -843,6 +868,7 @@ class StarPOTrainer:
                     temperature,
                     mask,
                     with_entropy=True,
+                    **self.vision_inputs(mb),
                 )
             pg_loss, pg_metrics = algo.ppo_policy_loss(
                 old_log_prob=mb.old_log_prob,
@@ -886,7 +912,9 @@ class StarPOTrainer:
         stats: dict[str, float] = defaultdict(float)
         for _, mb in micros:
             with self.autocast:
-                vpreds, _ = token_values(self.critic, mb.input_ids, mb.attention_mask)
+                vpreds, _ = token_values(
+                    self.critic, mb.input_ids, mb.attention_mask, **self.vision_inputs(mb)
+                )
             loss, v_metrics = algo.value_loss(
                 vpreds=vpreds,
                 returns=mb.returns,
