@@ -39,3 +39,17 @@ def tiny_idefics3_dir(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("tiny_idefics3") / "nano"
     return str(create_tiny_vlm(out, seed=0, architecture="idefics3"))
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """A local Ray for one test module (2 cores here; CPUs are logical slots), shut down
+    afterwards so that its idle processes do not follow the rest of the suite."""
+    ray = pytest.importorskip("ray")
+    started = not ray.is_initialized()
+    if started:
+        os.environ.setdefault("RAY_worker_niceness", "0")  # as ragen.distributed.ray_setup
+        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    yield ray
+    if started:
+        ray.shutdown()

@@ -41,19 +41,6 @@ CFG = RolloutConfig(
 
 
 @pytest.fixture(scope="module")
-def local_ray():
-    """A local Ray for this module's tests (2 cores here; CPUs are logical slots), shut
-    down afterwards so that its idle processes do not follow the rest of the suite."""
-    started = not ray.is_initialized()
-    if started:
-        os.environ.setdefault("RAY_worker_niceness", "0")  # as ragen.distributed.ray_setup
-        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
-    yield ray
-    if started:
-        ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def model(tiny_model_dir):
     policy_model, tokenizer = load_policy(tiny_model_dir, device="cpu", dtype=torch.float32)
     return policy_model, tokenizer

@@ -2,7 +2,6 @@
 the usual HF folders, and resuming one onto 1 worker x 1 rank continues exactly."""
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -12,19 +11,6 @@ from safetensors.torch import load_file
 ray = pytest.importorskip("ray")
 
 from ragen.cli import main  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    """A local Ray for this module's tests (2 cores here; CPUs are logical slots), shut
-    down afterwards so that its idle processes do not follow the rest of the suite."""
-    started = not ray.is_initialized()
-    if started:
-        os.environ.setdefault("RAY_worker_niceness", "0")  # as ragen.distributed.ray_setup
-        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
-    yield ray
-    if started:
-        ray.shutdown()
 
 
 def _args(model_dir, run_dir, workers, ranks, *extra):

@@ -4,7 +4,6 @@ every loss aggregation mode; rank 0's state reaches the other rank whenever it c
 outside an update."""
 
 import copy
-import os
 
 import pytest
 import torch
@@ -16,19 +15,6 @@ from ragen.trainer.config import load_config  # noqa: E402
 from ragen.trainer.starpo import StarPOTrainer  # noqa: E402
 
 MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    """A local Ray for this module's tests (2 cores here; CPUs are logical slots), shut
-    down afterwards so that its idle processes do not follow the rest of the suite."""
-    started = not ray.is_initialized()
-    if started:
-        os.environ.setdefault("RAY_worker_niceness", "0")  # as ragen.distributed.ray_setup
-        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
-    yield ray
-    if started:
-        ray.shutdown()
 
 
 @pytest.fixture(scope="module")

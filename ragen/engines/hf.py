@@ -334,6 +334,20 @@ def _model_device(model):
         return torch.device("cpu")
 
 
+def new_token_budget(width: int, max_new: int, max_positions: int | None) -> int:
+    """Tokens a batch whose longest prompt has ``width`` ids may still generate:
+    ``min(max_new, max_positions - width)``; a prompt that already fills the model's
+    context is an error naming the fix (generating nothing would lose the turn silently)."""
+    if max_positions is None:
+        return max_new
+    if width >= max_positions:
+        raise ValueError(
+            f"prompt of {width} tokens does not fit the model context "
+            f"({max_positions} positions); shorten the history or raise the limit"
+        )
+    return min(max_new, max_positions - width)
+
+
 def default_eos_ids(model, tokenizer) -> list[int]:
     """EOS ids for ``model``: tokenizer eos + generation-config eos + known end-of-turn tokens."""
     ids: set[int] = set()
@@ -435,14 +449,7 @@ class HFEngine:
         batch = len(prompts)
         lengths = [len(p) for p in prompts]
         width = max(lengths)
-        max_new = params.max_new_tokens
-        if self.max_positions is not None:
-            if width >= self.max_positions:
-                raise ValueError(
-                    f"prompt of {width} tokens does not fit the model context "
-                    f"({self.max_positions} positions); shorten the history or raise the limit"
-                )
-            max_new = min(max_new, self.max_positions - width)
+        max_new = new_token_budget(width, params.max_new_tokens, self.max_positions)
 
         token_ids: list[list[int]] = [[] for _ in range(batch)]
         logprobs: list[list[float]] = [[] for _ in range(batch)]

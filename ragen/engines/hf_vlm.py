@@ -27,7 +27,13 @@ import time
 from typing import Any
 
 from .base import Generation, SamplingParams
-from .hf import GenerationStats, check_sampling_params, default_eos_ids, sample_next_token
+from .hf import (
+    GenerationStats,
+    check_sampling_params,
+    default_eos_ids,
+    new_token_budget,
+    sample_next_token,
+)
 
 
 class HFVLMEngine:
@@ -112,14 +118,7 @@ class HFVLMEngine:
         device, batch = self.device, len(prompts)
         lengths = [len(p) for p in prompts]
         width = max(lengths)
-        max_new = params.max_new_tokens
-        if self.max_positions is not None:
-            if width >= self.max_positions:
-                raise ValueError(
-                    f"prompt of {width} tokens does not fit the model context "
-                    f"({self.max_positions} positions); shorten the history or raise the limit"
-                )
-            max_new = min(max_new, self.max_positions - width)
+        max_new = new_token_budget(width, params.max_new_tokens, self.max_positions)
         token_ids: list[list[int]] = [[] for _ in range(batch)]
         logprobs: list[list[float]] = [[] for _ in range(batch)]
         reasons = ["length"] * batch
