@@ -239,11 +239,15 @@ def main() -> None:
     p.add_argument("--rl-steps", type=int, help="override the budget's RL steps")
     p.add_argument("--env-groups", type=int, help="override the budget's groups per RL step")
     p.add_argument("--group-size", type=int, help="override the budget's rollouts per group")
+    p.add_argument("--sft-episodes", type=int, help="override the budget's SFT episodes")
+    p.add_argument("--sft-epochs", type=int, help="override the budget's SFT epochs")
     p.add_argument("--extra", nargs="*", default=[], help="more `ragen train` overrides")
     args = p.parse_args()
     b, root = BUDGETS[args.budget], Path(args.out)
     changes = {
-        k: getattr(args, k) for k in ("rl_steps", "env_groups", "group_size") if getattr(args, k)
+        k: getattr(args, k)
+        for k in ("rl_steps", "env_groups", "group_size", "sft_episodes", "sft_epochs")
+        if getattr(args, k)
     }
     b = dataclasses.replace(b, **changes, extra=[*b.extra, *args.extra])
     root.mkdir(parents=True, exist_ok=True)

@@ -325,7 +325,7 @@ def _adapter_state(model) -> tuple:
     return tuple(state)
 
 
-def _model_device(model):
+def model_device(model):
     import torch
 
     try:
@@ -382,7 +382,7 @@ class HFEngine:
 
         self.model = model
         self.tokenizer = tokenizer
-        self.device = torch.device(device) if device is not None else _model_device(model)
+        self.device = torch.device(device) if device is not None else model_device(model)
         self.eos_token_ids = (
             sorted(set(eos_token_ids))
             if eos_token_ids is not None
@@ -397,7 +397,7 @@ class HFEngine:
         )
         self.vocab_size = getattr(embeddings, "num_embeddings", None)
         self.stats = GenerationStats()
-        self._keeps_last_logits_only = _accepts_logits_to_keep(model)
+        self._keeps_last_logits_only = accepts_logits_to_keep(model)
         self.prefix_cache = prefix_cache
         self._store = PrefixStore()
         self._stop_filters: dict[tuple[str, ...], object] = {}
@@ -678,7 +678,7 @@ def _preallocated_layers(cache):
     return layers
 
 
-def _accepts_logits_to_keep(model) -> bool:
+def accepts_logits_to_keep(model) -> bool:
     """Whether ``model.forward`` (or the model a PEFT wrapper holds) takes ``logits_to_keep``."""
     target = model.get_base_model() if hasattr(model, "get_base_model") else model
     try:

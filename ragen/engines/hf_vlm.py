@@ -24,13 +24,14 @@ and these tiny models run a handful of turns.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from .base import Generation, SamplingParams
 from .hf import (
     GenerationStats,
+    accepts_logits_to_keep,
     check_sampling_params,
     default_eos_ids,
+    model_device,
     new_token_budget,
     sample_next_token,
 )
@@ -50,7 +51,7 @@ class HFVLMEngine:
 
         self.model, self.processor = model, processor
         self.tokenizer = text_tokenizer(processor)
-        self.device = torch.device(device) if device is not None else _model_device(model)
+        self.device = torch.device(device) if device is not None else model_device(model)
         self.eos_token_ids = (
             sorted(set(eos_token_ids))
             if eos_token_ids is not None
@@ -64,7 +65,7 @@ class HFVLMEngine:
         self.max_positions = getattr(text_config, "max_position_embeddings", None)
         self.vocab_size = model.get_input_embeddings().num_embeddings
         self.stats = GenerationStats()
-        self._last_logits_only = {"logits_to_keep": 1} if _accepts_logits_to_keep(model) else {}
+        self._last_logits_only = {"logits_to_keep": 1} if accepts_logits_to_keep(model) else {}
 
     def reset_stats(self) -> None:
         self.stats.reset()
@@ -207,26 +208,6 @@ def _sample_without_images(logits, params: SamplingParams, generator, image_id: 
     masked[:, image_id] = float("-inf")
     ids, _ = sample_next_token(masked, params.temperature, params.top_p, params.top_k, generator)
     return ids, logp_all.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
-
-
-def _accepts_logits_to_keep(model) -> bool:
-    """Whether the model's ``forward`` (under a PEFT wrapper too) takes ``logits_to_keep``."""
-    import inspect
-
-    target = model.get_base_model() if hasattr(model, "get_base_model") else model
-    try:
-        return "logits_to_keep" in inspect.signature(target.forward).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-def _model_device(model: Any):
-    import torch
-
-    try:
-        return next(model.parameters()).device
-    except StopIteration:
-        return torch.device("cpu")
 
 
 def engine_for(model, tokenizer_or_processor, engine: str = "static", **kwargs):
