@@ -334,6 +334,36 @@ def model_device(model):
         return torch.device("cpu")
 
 
+def left_padded_batch(prompts: list[list[int]], pad_id: int, device):
+    """Left-pad ``prompts`` into one batch: ``input_ids`` and ``attention`` (B, W) with W
+    the longest prompt, ``positions`` (B, W) counting real tokens only (pads sit at 0), and
+    ``next_position`` (B,) = each prompt's length, the position of its first new token."""
+    import torch
+
+    batch, width = len(prompts), max(len(p) for p in prompts)
+    input_ids = torch.full((batch, width), pad_id, dtype=torch.long)
+    attention = torch.zeros((batch, width), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        input_ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+        attention[row, width - len(prompt) :] = 1
+    input_ids, attention = input_ids.to(device), attention.to(device)
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    next_position = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=device)
+    return input_ids, attention, positions, next_position
+
+
+def finished_generations(tokenizer, token_ids, logprobs, reasons) -> list[Generation]:
+    """One :class:`Generation` per row: the sampled ids, their log-probs, the decoded text
+    (special tokens dropped) and why the row stopped."""
+    texts = tokenizer.batch_decode(
+        token_ids, skip_special_tokens=True, clean_up_tokenization_spaces=False
+    )
+    return [
+        Generation(token_ids=t, logprobs=lp, text=text, finish_reason=r)
+        for t, lp, text, r in zip(token_ids, logprobs, texts, reasons)
+    ]
+
+
 def new_token_budget(width: int, max_new: int, max_positions: int | None) -> int:
     """Tokens a batch whose longest prompt has ``width`` ids may still generate:
     ``min(max_new, max_positions - width)``; a prompt that already fills the model's
@@ -447,8 +477,7 @@ class HFEngine:
 
         device = self.device
         batch = len(prompts)
-        lengths = [len(p) for p in prompts]
-        width = max(lengths)
+        width = max(len(p) for p in prompts)
         max_new = new_token_budget(width, params.max_new_tokens, self.max_positions)
 
         token_ids: list[list[int]] = [[] for _ in range(batch)]
@@ -461,14 +490,9 @@ class HFEngine:
             self._store = PrefixStore(fingerprint)  # stale K/V: free before allocating
         new_store = PrefixStore(fingerprint)
 
-        input_ids = torch.full((batch, width), self.pad_token_id, dtype=torch.long)
-        attention = torch.zeros((batch, width), dtype=torch.long)
-        for row, prompt in enumerate(prompts):
-            input_ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
-            attention[row, width - len(prompt) :] = 1
-        input_ids, attention = input_ids.to(device), attention.to(device)
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        next_position = torch.tensor(lengths, dtype=torch.long, device=device)
+        input_ids, attention, positions, next_position = left_padded_batch(
+            prompts, self.pad_token_id, device
+        )
 
         generator = None
         if params.seed is not None:
@@ -651,13 +675,7 @@ class HFEngine:
             )
 
     def _finish(self, token_ids, logprobs, reasons) -> list[Generation]:
-        texts = self.tokenizer.batch_decode(
-            token_ids, skip_special_tokens=True, clean_up_tokenization_spaces=False
-        )
-        return [
-            Generation(token_ids=t, logprobs=lp, text=text, finish_reason=r)
-            for t, lp, text, r in zip(token_ids, logprobs, texts, reasons)
-        ]
+        return finished_generations(self.tokenizer, token_ids, logprobs, reasons)
 
 
 def _always(token_id: int) -> bool:

@@ -31,6 +31,8 @@ from .hf import (
     accepts_logits_to_keep,
     check_sampling_params,
     default_eos_ids,
+    finished_generations,
+    left_padded_batch,
     model_device,
     new_token_budget,
     sample_next_token,
@@ -117,8 +119,7 @@ class HFVLMEngine:
         from ragen.models.vlm import pixel_inputs, row_images
 
         device, batch = self.device, len(prompts)
-        lengths = [len(p) for p in prompts]
-        width = max(lengths)
+        width = max(len(p) for p in prompts)
         max_new = new_token_budget(width, params.max_new_tokens, self.max_positions)
         token_ids: list[list[int]] = [[] for _ in range(batch)]
         logprobs: list[list[float]] = [[] for _ in range(batch)]
@@ -126,14 +127,9 @@ class HFVLMEngine:
         if max_new == 0:
             return self._finish(token_ids, logprobs, reasons)
 
-        input_ids = torch.full((batch, width), self.pad_token_id, dtype=torch.long)
-        attention = torch.zeros((batch, width), dtype=torch.long)
-        for row, prompt in enumerate(prompts):
-            input_ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
-            attention[row, width - len(prompt) :] = 1
-        input_ids, attention = input_ids.to(device), attention.to(device)
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        next_position = torch.tensor(lengths, dtype=torch.long, device=device)
+        input_ids, attention, positions, next_position = left_padded_batch(
+            prompts, self.pad_token_id, device
+        )
         dtype = next(self.model.parameters()).dtype
         vision = pixel_inputs(self.processor, row_images(images), device, dtype)
 
@@ -189,13 +185,7 @@ class HFVLMEngine:
         return self._finish(token_ids, logprobs, reasons)
 
     def _finish(self, token_ids, logprobs, reasons) -> list[Generation]:
-        texts = self.tokenizer.batch_decode(
-            token_ids, skip_special_tokens=True, clean_up_tokenization_spaces=False
-        )
-        return [
-            Generation(token_ids=t, logprobs=lp, text=text, finish_reason=r)
-            for t, lp, text, r in zip(token_ids, logprobs, texts, reasons)
-        ]
+        return finished_generations(self.tokenizer, token_ids, logprobs, reasons)
 
 
 def _sample_without_images(logits, params: SamplingParams, generator, image_id: int):
