@@ -103,3 +103,35 @@ def test_expert_data_on_validation_states_for_held_out_probes(tiny_model_dir):
     )
     with pytest.raises(UsageError, match="split"):
         make_expert_data(tok, cfg, split="test")
+
+
+def test_a_training_pool_draws_every_group_from_n_distinct_training_states():
+    """``env.train_states=N``: every training group of every step comes from one fixed
+    pool of N distinct, non-validation initial states (the same pool on every call)."""
+    m = EnvStateManager("sokoban", env_groups=16, group_size=2, seed=0, train_states=5)
+    pool = m.train_pool()
+    assert len(pool) == 5 and len(set(_states("sokoban", pool))) == 5
+    drawn = [s for step in range(20) for s in m.seeds_for_step(step)]
+    assert set(drawn) == set(pool)  # 320 draws reach every pool state and nothing else
+    val = set(_states("sokoban", m.validation_seeds(128)))
+    assert not val & set(_states("sokoban", pool))
+    again = EnvStateManager("sokoban", env_groups=16, group_size=2, seed=0, train_states=5)
+    assert again.seeds_for_step(7) == m.seeds_for_step(7)
+
+
+def test_a_training_pool_larger_than_the_env_has_states_says_how_to_fix_it():
+    from fakes import LineEnv
+
+    class TwoStates(LineEnv):
+        def _reset(self, seed):
+            super()._reset(seed)
+            self.room = seed % 2
+
+        def state_key(self):
+            return f"room {self.room}"
+
+    m = EnvStateManager(TwoStates, env_groups=2, group_size=1, seed=0, train_states=3)
+    with pytest.raises(UsageError, match="smaller env.train_states"):
+        m.train_pool()
+    with pytest.raises(UsageError, match="env.train_states must be >= 0"):
+        EnvStateManager("bandit", env_groups=2, group_size=1, train_states=-1)

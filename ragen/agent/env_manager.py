@@ -54,8 +54,13 @@ class EnvStateManager:
         env_groups: int = 8,
         group_size: int = 16,
         seed: int = 0,
+        train_states: int = 0,
     ) -> None:
-        """``env_name``: a registered name (``ragen.envs.make(env_name, **env_config)``) or
+        """``train_states``: 0 draws a fresh training state per group and step; N > 0
+        draws every training group from one fixed pool of N distinct training states
+        (RAGEN's prompt-diversity ablation, and the overfitting check of RL on the grids).
+
+        ``env_name``: a registered name (``ragen.envs.make(env_name, **env_config)``) or
         a factory called as ``env_name(**env_config)`` (an Env subclass, for tests and
         unregistered envs)."""
         if env_groups < 1 or group_size < 1:
@@ -72,6 +77,12 @@ class EnvStateManager:
         else:
             raise TypeError(f"env must be a registered name or an Env factory, got {env_name!r}")
         self.env_groups, self.group_size, self.seed = int(env_groups), int(group_size), int(seed)
+        if int(train_states) < 0:
+            raise UsageError(
+                f"env.train_states must be >= 0 (0 = a fresh state per group), got {train_states}"
+            )
+        self.train_states = int(train_states)
+        self._pool: list[int] | None = None  # the fixed training pool, built on first use
         self.envs: list[Env] = [
             factory(**self.env_config) for _ in range(self.env_groups * self.group_size)
         ]
@@ -99,6 +110,13 @@ class EnvStateManager:
         state is not a validation state."""
         if step < 0:
             raise ValueError(f"step must be >= 0, got {step}")
+        if self.train_states:
+            # with a pool, group g of step s takes pool[derive_seed("train", seed, s, g) mod N]
+            pool = self.train_pool()
+            return [
+                pool[derive_seed("train", self.seed, step, g) % len(pool)]
+                for g in range(self.env_groups)
+            ]
         seeds = []
         for g in range(self.env_groups):
             for attempt in range(MAX_DRAWS):
@@ -109,6 +127,35 @@ class EnvStateManager:
             else:
                 raise self._too_few_states("training")
         return seeds
+
+    def train_pool(self) -> list[int]:
+        """The fixed pool of ``train_states`` training seeds: draws
+        ``derive_seed("pool", seed, attempt) mod VAL_SEED_START`` in order, keeping each
+        that is a training state not already in the pool (distinct initial STATES, by
+        ``state_key()``; distinct seeds for envs without one)."""
+        if self._pool is None:
+            pool: list[int] = []
+            keys: set[str] = set()
+            attempt = misses = 0
+            while len(pool) < self.train_states and misses < MAX_DRAWS:
+                seed = derive_seed("pool", self.seed, attempt) % VAL_SEED_START
+                attempt += 1
+                self._probe.reset(seed)
+                key = self._probe.state_key()
+                key = f"seed:{seed}" if key is None else key
+                if key in keys or (not key.startswith("seed:") and is_held_out(key)):
+                    misses += 1  # a validation state or one the pool has: draw again
+                    continue
+                misses = 0
+                pool.append(seed)
+                keys.add(key)
+            if len(pool) < self.train_states:
+                raise UsageError(
+                    f"{self.env_name}: found only {len(pool)} distinct training states for "
+                    f"env.train_states={self.train_states}. Fix: a smaller env.train_states"
+                )
+            self._pool = pool
+        return list(self._pool)
 
     def validation_seeds(self, n_groups: int | None = None, offset: int = 0) -> list[int]:
         """Validation seeds ``offset .. offset + n - 1`` of the fixed validation list: the

@@ -110,6 +110,9 @@ class EnvSection:
         default_factory=dict
     )  # the env's own knobs, e.g. {dim_room: [8, 8]}
     val_config: dict[str, Any] = field(default_factory=dict)  # overrides for validation envs only
+    # 0: a fresh training state per group and step; N: draw groups from a fixed pool of N
+    # distinct training states (prompt diversity; validation states stay held out)
+    train_states: int = 0
 
 
 @dataclass
@@ -414,6 +417,11 @@ def _check_choices(cfg: TrainConfig) -> None:
 def _check_env_keys(env: EnvSection) -> None:
     check_env_options(env.name, env.config, "env.config")
     check_env_options(env.name, env.val_config, "env.val_config")
+    if env.train_states < 0:
+        raise ConfigError(
+            f"env.train_states must be >= 0 (0 = a fresh state per group and step), got "
+            f"{env.train_states}. Fix: env.train_states=0 or a pool size such as 64"
+        )
 
 
 def check_env_options(name: str, options: dict[str, Any], key: str = "env.config") -> None:

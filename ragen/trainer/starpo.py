@@ -237,6 +237,7 @@ class StarPOTrainer:
             env_groups=r.env_groups,
             group_size=r.group_size,
             seed=c.trainer.seed,
+            train_states=c.env.train_states,
         )
         self.val_envs = EnvStateManager(
             c.env.name,
