@@ -4,6 +4,8 @@
         --env sokoban --env frozen_lake --format free_think --format grounding_world_modeling \\
         --variant outcome --variant reasoning --seeds 0 1 2 --jobs 2
     .venv/bin/python -m bench.bench_reasoning --budget toy --out runs/bench_reasoning_toy  # smoke run
+    .venv/bin/python -m bench.bench_reasoning --size micro --out runs/bench_reasoning_micro \
+        --env sokoban --format no_think --variant outcome --seeds 0 1   # a 2.5x larger model
 
 For every (env, format, seed): the demo's pipeline (``ragen.demo``, budget ``full``
 unless told): a tiny model (one per seed, shared by the formats), an SFT warm start on
@@ -276,6 +278,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--budget", choices=sorted(BUDGETS), default="full")
     p.add_argument("--observation-format", default="grid", choices=("grid", "coord", "grid_coord"))
+    p.add_argument(
+        "--size",
+        default=None,
+        help="tiny model size (nano, micro, small, base; default: the budget's nano); "
+        "use a separate --out per size, the warm starts are kept per folder",
+    )
     p.add_argument("--jobs", type=int, default=2, help="jobs side by side, one thread each")
     p.add_argument(
         "--redo",
@@ -288,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     formats = args.format or ["free_think", "grounding_world_modeling"]
     variants = args.variant or list(VARIANTS)
     budget = dataclasses.replace(BUDGETS[args.budget], observation_format=args.observation_format)
+    if args.size:
+        budget = dataclasses.replace(budget, tiny_size=args.size)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results_path = out / "results.json"

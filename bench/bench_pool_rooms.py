@@ -1,0 +1,102 @@
+"""Does RL learn the rooms it trains on? Per-room success before and after RL on a pool.
+
+    .venv/bin/python -m bench.bench_pool_rooms \\
+        --warm runs/bench_reasoning/sokoban/no_think/seed0/sokoban/sft \\
+        --rl runs/bench_rl_levers/sokoban/no_think/seed0/sokoban/rl_pool4-lr3e-4 \\
+        --env sokoban --format no_think --pool 4 --seed 0
+
+A run trained with ``env.train_states=N`` (:class:`~ragen.agent.env_manager.EnvStateManager`)
+draws every training group from one fixed pool of N rooms. This bench rebuilds that
+pool from ``--pool`` and ``--seed`` (the run's ``env.train_states`` and
+``trainer.seed``) and plays ``--episodes`` episodes of every pool room with the warm
+start and with the RL run's final actor, at temperature 0.5 with the demo's rollout
+settings, plus the same number of held-out validation episodes. It separates two
+reasons RL may not add on held-out rooms: it does not learn even the rooms it trains
+on (an optimization problem), or it learns them and the gain does not transfer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def final_actor(run: Path) -> Path:
+    """The newest ``checkpoints/step_N/actor`` of a ``ragen train`` run."""
+    steps = sorted(
+        (p for p in (run / "checkpoints").glob("step_*") if (p / "actor").is_dir()),
+        key=lambda p: int(p.name.split("_")[1]),
+    )
+    if not steps:
+        raise SystemExit(f"{run}: no checkpoints/step_N/actor; pass a finished ragen train run")
+    return steps[-1] / "actor"
+
+
+def per_room_success(model: str, env: str, seeds: list[int], episodes: int, rollout, seed: int):
+    """``{seed: success rate}`` over ``episodes`` episodes of each room (one group per room)."""
+    from dataclasses import replace
+
+    from ragen.agent.env_manager import EnvStateManager
+    from ragen.agent.evaluate import build_policy
+    from ragen.agent.rollout import run_rollout
+
+    policy = build_policy(model, None, None, "cpu", "auto", 0.0, 1, seed)
+    manager = EnvStateManager(env, env_groups=len(seeds), group_size=episodes, seed=seed)
+    result = run_rollout(policy, manager, replace(rollout, temperature=0.5, seed=seed), seeds)
+    wins: dict[int, list[bool]] = {s: [] for s in seeds}
+    for t in result.trajectories:
+        if t.reward_from_turn is None or t.turn_index == 0:  # one record per episode
+            wins[t.seed].append(bool(t.success))
+    return {s: sum(w) / max(1, len(w)) for s, w in wins.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    import dataclasses
+
+    from ragen.agent.env_manager import EnvStateManager
+    from ragen.demo import BUDGETS, ENV_SHAPE
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--warm", required=True, help="the warm start (an HF model folder)")
+    p.add_argument("--rl", required=True, help="the ragen train run folder trained on the pool")
+    p.add_argument("--env", default="sokoban", choices=["sokoban", "frozen_lake"])
+    p.add_argument("--format", default="free_think", help="the reply format of both models")
+    p.add_argument("--pool", type=int, required=True, help="the run's env.train_states")
+    p.add_argument("--seed", type=int, default=0, help="the run's trainer.seed")
+    p.add_argument("--episodes", type=int, default=32, help="episodes per room")
+    p.add_argument("--val-rooms", type=int, default=32, help="held-out validation rooms, one episode each")
+    p.add_argument("--out", default=None, help="write the result as JSON here")
+    args = p.parse_args(argv)
+
+    budget = dataclasses.replace(BUDGETS["full"], reasoning=args.format)
+    rollout = ENV_SHAPE[args.env].rollout(budget, args.env)
+    pool = EnvStateManager(
+        args.env, env_groups=1, group_size=1, seed=args.seed, train_states=args.pool
+    ).train_pool()
+    val = EnvStateManager(args.env, env_groups=1, group_size=1, seed=args.seed).validation_seeds(
+        args.val_rooms
+    )
+    models = {"warm start": args.warm, "after RL": str(final_actor(Path(args.rl)))}
+    result: dict[str, dict] = {}
+    for name, model in models.items():
+        rooms = per_room_success(model, args.env, pool, args.episodes, rollout, args.seed)
+        held = per_room_success(model, args.env, val, 1, rollout, args.seed)
+        result[name] = {
+            "pool rooms": {str(k): v for k, v in rooms.items()},
+            "pool mean": sum(rooms.values()) / len(rooms),
+            "validation mean": sum(held.values()) / len(held),
+        }
+    print(f"{'room':>12} | warm start | after RL")
+    for s in pool:
+        w, r = (result[m]["pool rooms"][str(s)] for m in models)
+        print(f"{s:>12} | {w:10.1%} | {r:8.1%}")
+    for key in ("pool mean", "validation mean"):
+        print(f"{key:>12} | {result['warm start'][key]:10.1%} | {result['after RL'][key]:8.1%}")
+    if args.out:
+        Path(args.out).write_text(json.dumps({"args": vars(args), **result}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
