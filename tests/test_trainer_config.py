@@ -65,6 +65,7 @@ def test_env_name_without_preset_and_model_path():
         (["trainer.total_steps"], "KEY=VALUE"),
         (["algo.filter.strategy=best"], "algo.filter.strategy"),
         (["trainer.resume=/does/not/exist"], "trainer.resume"),
+        (["env.train_states=-2"], "env.train_states"),
     ],
 )
 def test_config_errors_name_the_key(overrides, expected):
