@@ -100,14 +100,20 @@ def _torchvision_available() -> bool:
     return is_torchvision_available()
 
 
+# a folder that names no processor class: the one of its model type
+_PROCESSOR_OF_MODEL_TYPE = {"qwen2_vl": "Qwen2VLProcessor", "qwen2_5_vl": "Qwen2_5_VLProcessor"}
+
+
 def _processor_class_name(source: str, **kwargs) -> str | None:
-    """The ``processor_class`` a folder or hub id names (``processor_config.json``), or
-    ``None`` when it names none."""
+    """The ``processor_class`` a folder or hub id names (``processor_config.json``, or the
+    older ``preprocessor_config.json`` / ``tokenizer_config.json``), else the processor
+    of its ``config.json`` model type, else ``None``."""
     import json
+    from pathlib import Path
 
     from transformers.utils import cached_file
 
-    for name in ("processor_config.json", "preprocessor_config.json", "tokenizer_config.json"):
+    def read(name: str) -> dict:
         path = cached_file(
             source,
             name,
@@ -115,11 +121,13 @@ def _processor_class_name(source: str, **kwargs) -> str | None:
             _raise_exceptions_for_connection_errors=False,
             local_files_only=kwargs.get("local_files_only", False),
         )
-        if path:
-            found = json.loads(open(path, encoding="utf-8").read()).get("processor_class")
-            if found:
-                return found
-    return None
+        return json.loads(Path(path).read_text(encoding="utf-8")) if path else {}
+
+    for name in ("processor_config.json", "preprocessor_config.json", "tokenizer_config.json"):
+        found = read(name).get("processor_class")
+        if found:
+            return found
+    return _PROCESSOR_OF_MODEL_TYPE.get(read("config.json").get("model_type"))
 
 
 def image_only_processor_class(name: str = "Qwen2VLProcessor"):
@@ -159,7 +167,6 @@ def image_only_processor_class(name: str = "Qwen2VLProcessor"):
     cls = type(name, (base,), {"__init__": __init__, "__call__": __call__})
     cls.__qualname__ = name
     cls.__module__ = __name__
-    cls.image_only = True
     _IMAGE_ONLY[name] = cls
     return cls
 
@@ -173,6 +180,7 @@ def load_processor(source: str, **kwargs):
     (:func:`image_only_processor_class`) instead of transformers' ImportError/OSError."""
     from transformers import AutoProcessor
 
+    # with torchvision, transformers builds the whole processor itself
     name = None if _torchvision_available() else _processor_class_name(source, **kwargs)
     if name in VIDEO_PROCESSOR_FAMILIES:
         return image_only_processor_class(name).from_pretrained(source, **kwargs)
