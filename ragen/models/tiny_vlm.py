@@ -23,16 +23,16 @@ Qwen2-VL vision tower (14-pixel patches, 2x2 of them merged into one id: 9
 ``<|image_pad|>`` ids per 84x84 picture, inside ``<|vision_start|>`` ...
 ``<|vision_end|>``) and the tiny LM with 3-D M-RoPE positions
 (``ragen.models.vlm.positions_for``). The processor is ``Qwen2VLProcessor`` with the PIL
-``Qwen2VLImageProcessorPil`` and no video processor (``ragen.models.vlm.
-image_only_processor_class``: transformers' video processor needs torchvision); the
+``Qwen2VLImageProcessorPil`` and no video processor
+(``ragen.models.vlm.image_only_processor_class``: the video one needs torchvision); the
 folder names the standard class, so ``AutoProcessor`` loads it where torchvision is
 installed and ``ragen.models.load_policy`` everywhere.
 
-Why LLaVA by default: its positions are plain 1-D (Qwen2-VL's M-RoPE needs its own position
-ids), its image processor has a PIL backend, and one ``<image>`` becomes a fixed
-number of ids, ``(image_size / patch_size)**2``: 36 for the default 84x84 input with
-14-pixel patches, one patch per cell of ``sokoban_visual`` (a 6x6 room of 14-pixel
-cells). Images are resized to ``image_size`` (``frozen_lake_visual``'s 4x4 map of
+Why LLaVA by default: it is the simplest of the four (plain 1-D positions, its
+processor loads with ``AutoProcessor`` alone, the measurements of docs/RESULTS.md were
+made on it), and one ``<image>`` becomes a fixed number of ids, one per patch,
+``(image_size / patch_size)**2``: 36 for the default 84x84 input with 14-pixel
+patches, one patch per cell of ``sokoban_visual`` (a 6x6 room of 14-pixel cells). Images are resized to ``image_size`` (``frozen_lake_visual``'s 4x4 map of
 21-pixel cells is already 84x84).
 
 The chat template is ChatML that accepts string or list content (``{"type": "image"}``
