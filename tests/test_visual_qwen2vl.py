@@ -1,6 +1,6 @@
 """The Qwen2-VL family (VAGEN's VLMs): M-RoPE positions, the processor without
 torchvision, and TRICO end to end on the tiny Qwen2-VL (the checks shared with LLaVA and
-Idefics3 run on it in test_visual_vlm.py)."""
+Idefics3 run on Qwen2-VL and Qwen2.5-VL in test_visual_vlm.py)."""
 
 import json
 
@@ -9,13 +9,12 @@ import pytest
 import torch
 from test_visual_trico import _overrides
 
-from ragen.agent import EnvStateManager, ModelPolicy, RolloutConfig, run_rollout
 from ragen.cli import main
 from ragen.engines.base import SamplingParams
 from ragen.engines.hf_vlm import HFVLMEngine
 from ragen.models import load_policy
 from ragen.models.logprobs import position_ids_from_mask, sequence_logprobs
-from ragen.models.tiny_vlm import create_tiny_vlm, image_tokens_for
+from ragen.models.tiny_vlm import image_tokens_for
 from ragen.models.vlm import (
     forward_inputs,
     load_processor,
@@ -117,24 +116,39 @@ def test_generation_logprobs_need_and_match_the_mrope_positions(qwen):
         assert not torch.allclose(flat[0, len(prompt) :], got, atol=1e-5)  # 1-D would be off
 
 
-def test_qwen2_5_vl_rolls_out_token_exact_with_matching_logprobs(tmp_path):
-    model, processor = load_policy(str(create_tiny_vlm(tmp_path, architecture="qwen2_5_vl")))
-    assert type(model).__name__ == "Qwen2_5_VLForConditionalGeneration"
-    policy = ModelPolicy(HFVLMEngine(model, processor), processor)
-    manager = EnvStateManager("sokoban_visual", env_groups=1, group_size=2, seed=0)
-    config = RolloutConfig(max_turns=2, max_new_tokens=10, max_actions_per_turn=1)
-    result = run_rollout(policy, manager, config, manager.seeds_for_step(0))
-    assert result.stats["context_inexact"] == 0
-    for traj in result.trajectories:
-        ids, mask = torch.tensor([traj.input_ids]), torch.tensor([traj.response_mask])
-        image = ids == processor.image_token_id
-        assert int(image.sum()) == 9 * len(traj.images) and not mask[image].any()
-        ones = torch.ones_like(ids)
-        with torch.no_grad():
-            vision = forward_inputs(model, processor, ids, ones, traj.images)
-            lp, _ = sequence_logprobs(model, ids, ones, 1.0, mask, **vision)
-        gen = torch.tensor([traj.gen_logprobs])
-        assert torch.allclose(lp * mask, gen * mask, atol=1e-5)
+def test_older_hub_layouts_load_and_torchvision_gets_the_full_processor(
+    qwen, tmp_path, monkeypatch
+):
+    """A folder in the pre-v5 hub layout (``preprocessor_config.json``, the chat template
+    in ``chat_template.json``, no processor class in the tokenizer config) loads the
+    image-only way too, also when only ``config.json`` names the family; with
+    torchvision present, ``AutoProcessor`` is left to do its own work."""
+    import ragen.models.vlm as vlm
+
+    model, processor = qwen
+    processor.tokenizer.save_pretrained(tmp_path)
+    processor.image_processor.save_pretrained(tmp_path)
+    model.config.save_pretrained(tmp_path)
+    (tmp_path / "chat_template.jinja").unlink(missing_ok=True)
+    (tmp_path / "chat_template.json").write_text(
+        json.dumps({"chat_template": processor.chat_template})
+    )
+    for name in ("preprocessor_config.json", "tokenizer_config.json"):
+        config = json.loads((tmp_path / name).read_text())
+        config.pop("processor_class", None)
+        config.pop("chat_template", None)
+        (tmp_path / name).write_text(json.dumps(config))
+    loaded = load_processor(str(tmp_path))  # the family from config.json's model type
+    assert type(loaded).__name__ == "Qwen2VLProcessor"
+    assert loaded.chat_template == processor.chat_template
+    assert _prompt(loaded, 1)[0] == _prompt(processor, 1)[0]
+    calls = []
+    monkeypatch.setattr(vlm, "_torchvision_available", lambda: True)
+    monkeypatch.setattr(
+        "transformers.AutoProcessor.from_pretrained", lambda src, **kw: calls.append(src)
+    )
+    load_processor(str(tmp_path))
+    assert calls == [str(tmp_path)]
 
 
 def test_train_trico_on_qwen2_vl_then_eval_and_sft(tiny_qwen2vl_dir, tmp_path):

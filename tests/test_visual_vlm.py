@@ -17,12 +17,20 @@ from ragen.models.logprobs import sequence_logprobs
 from ragen.models.tiny_vlm import create_tiny_vlm, image_tokens_for, image_tokens_per_image
 from ragen.models.vlm import forward_inputs, load_processor
 
-FAMILIES = ["llava", "idefics3", "qwen2_vl"]
+FAMILIES = ["llava", "idefics3", "qwen2_vl", "qwen2_5_vl"]
 FIXTURES = {
     "llava": "tiny_vlm_dir",
     "idefics3": "tiny_idefics3_dir",
     "qwen2_vl": "tiny_qwen2vl_dir",
+    "qwen2_5_vl": "tiny_qwen2_5vl_dir",
 }
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen2_5vl_dir(tmp_path_factory):
+    """The tiny Qwen2.5-VL (Qwen2-VL's processor and M-RoPE, its own vision tower)."""
+    out = tmp_path_factory.mktemp("tiny_qwen2_5vl") / "nano"
+    return str(create_tiny_vlm(out, seed=0, architecture="qwen2_5_vl"))
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -54,6 +62,7 @@ def test_tiny_vlm_is_a_standard_deterministic_hf_folder(family, tmp_path, reques
         "llava": "LlavaForConditionalGeneration",
         "idefics3": "Idefics3ForConditionalGeneration",
         "qwen2_vl": "Qwen2VLForConditionalGeneration",
+        "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
     }
     assert type(model).__name__ == expected[family]
     assert type(processor.image_processor).__name__.endswith("Pil")  # no torchvision needed
