@@ -3,6 +3,7 @@ after RL / oracle, TRICO against StarPO-S, and the cost of pictures.
 
     OMP_NUM_THREADS=1 .venv/bin/python -m bench.bench_visual --seeds 0 --out runs/bench_visual
     OMP_NUM_THREADS=1 .venv/bin/python -m bench.bench_visual --stage cost --out runs/bench_visual
+    OMP_NUM_THREADS=1 .venv/bin/python -m bench.bench_visual --stage families --out runs/bench_visual
     OMP_NUM_THREADS=1 .venv/bin/python -m bench.bench_visual --budget toy --out /tmp/bv  # smoke
 
 Stage ``learn`` (per env and seed; every step is a ``ragen`` command in its own process):
@@ -23,6 +24,13 @@ Stage ``cost``: the same ``algo=trico`` training steps on a text env with the na
 on its visual twin with the tiny VLM (same LM, same budgets): mean seconds per step
 (after the first) and the peak resident memory of the training process
 (``ru_maxrss`` of that child alone, via ``os.wait4``).
+
+Stage ``families``: the same ``algo=trico`` steps on ``sokoban_visual`` with the tiny VLM
+in each architecture family (``create-tiny-vlm --architecture llava | idefics3 |
+qwen2_vl | qwen2_5_vl``: the same nano LM, a 2-layer vision encoder of the family), one
+run after another: CPU seconds of the training process, mean seconds per step, peak
+RSS, image ids per picture, and the largest generation-vs-trainer log-prob gap
+(M-RoPE positions for the Qwen2-VL family). Table in ``<out>/families/families.json``.
 """
 
 from __future__ import annotations
@@ -211,6 +219,47 @@ def cost(b: Budget, root: Path) -> list[dict]:
     return rows
 
 
+FAMILIES = ("llava", "idefics3", "qwen2_vl", "qwen2_5_vl")
+
+
+def families(b: Budget, root: Path, env: str = "sokoban_visual") -> list[dict]:
+    """TRICO steps on ``env`` with the tiny VLM of each family (see the module docstring)."""
+    import shutil
+
+    folder = root / "families"
+    folder.mkdir(parents=True, exist_ok=True)
+    log = folder / "log.txt"
+    rows = []
+    for family in FAMILIES:
+        vlm = folder / f"tiny_{family}"
+        if not (vlm / "config.json").exists():
+            _ragen(["models", "create-tiny-vlm", "--out", str(vlm), "--architecture", family], log)
+        info = json.loads((vlm / "ragen_tiny_vlm.json").read_text())
+        run = folder / f"run_{family}"
+        if run.exists():
+            shutil.rmtree(run)
+        overrides = _train_overrides(b, env, "trico", str(vlm), run, 0, b.cost_steps)
+        wall, rss = _ragen(["train", *overrides], log)
+        lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+        later = lines[1:] or lines
+        rows.append(
+            {
+                "family": family,
+                "parameters": info["num_parameters"],
+                "image_ids_per_picture": info["image_tokens_per_image"],
+                "seconds_per_step": statistics.mean(m["timing/step"] for m in later),
+                "cpu_s": LAST_CPU_SECONDS,  # the whole run: load + cost_steps steps + save
+                "peak_rss_mib": rss,
+                "wall_s": wall,
+                "gen_logprob_max_diff": max(m["actor/gen_logprob_max_diff"] for m in lines),
+                "context_inexact": max(m["rollout/context_inexact"] for m in lines),
+            }
+        )
+        print(json.dumps(rows[-1]), flush=True)
+    (folder / "families.json").write_text(json.dumps(rows, indent=2) + "\n")
+    return rows
+
+
 def _fmt(values: list[float]) -> str:
     if not values:
         return "—"
@@ -234,7 +283,7 @@ def main() -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--envs", nargs="+", default=list(ENVS))
     p.add_argument("--budget", choices=sorted(BUDGETS), default="full")
-    p.add_argument("--stage", choices=["learn", "cost", "all"], default="learn")
+    p.add_argument("--stage", choices=["learn", "cost", "families", "all"], default="learn")
     p.add_argument("--out", default="runs/bench_visual")
     p.add_argument("--rl-steps", type=int, help="override the budget's RL steps")
     p.add_argument("--env-groups", type=int, help="override the budget's groups per RL step")
@@ -262,6 +311,8 @@ def main() -> None:
     if args.stage in ("cost", "all"):
         for row in cost(b, root):
             print(json.dumps(row))
+    if args.stage == "families":
+        families(b, root)
 
 
 if __name__ == "__main__":

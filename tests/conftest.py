@@ -41,6 +41,15 @@ def tiny_idefics3_dir(tmp_path_factory):
     return str(create_tiny_vlm(out, seed=0, architecture="idefics3"))
 
 
+@pytest.fixture(scope="session")
+def tiny_qwen2vl_dir(tmp_path_factory):
+    """The tiny VLM in VAGEN's family (Qwen2-VL: 9 image ids per picture, M-RoPE)."""
+    from ragen.models.tiny_vlm import create_tiny_vlm
+
+    out = tmp_path_factory.mktemp("tiny_qwen2vl") / "nano"
+    return str(create_tiny_vlm(out, seed=0, architecture="qwen2_vl"))
+
+
 @pytest.fixture(scope="module")
 def local_ray():
     """A local Ray for one test module (2 cores here; CPUs are logical slots), shut down

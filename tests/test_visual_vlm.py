@@ -1,4 +1,5 @@
-"""VLMs end to end below the trainer: the tiny LLaVA, processor-exact ids, masks, pixels."""
+"""VLMs end to end below the trainer: the tiny LLaVA, Idefics3 and Qwen2-VL,
+processor-exact ids, masks, pixels (and Qwen2-VL's M-RoPE positions)."""
 
 import json
 from pathlib import Path
@@ -14,15 +15,28 @@ from ragen.engines.hf_vlm import HFVLMEngine, engine_for
 from ragen.models import load_policy
 from ragen.models.logprobs import sequence_logprobs
 from ragen.models.tiny_vlm import create_tiny_vlm, image_tokens_for, image_tokens_per_image
-from ragen.models.vlm import pixel_inputs
+from ragen.models.vlm import forward_inputs, load_processor
+
+FAMILIES = ["llava", "idefics3", "qwen2_vl", "qwen2_5_vl"]
+FIXTURES = {
+    "llava": "tiny_vlm_dir",
+    "idefics3": "tiny_idefics3_dir",
+    "qwen2_vl": "tiny_qwen2vl_dir",
+    "qwen2_5_vl": "tiny_qwen2_5vl_dir",
+}
 
 
-@pytest.fixture(scope="module", params=["llava", "idefics3"])
+@pytest.fixture(scope="module")
+def tiny_qwen2_5vl_dir(tmp_path_factory):
+    """The tiny Qwen2.5-VL (Qwen2-VL's processor and M-RoPE, its own vision tower)."""
+    out = tmp_path_factory.mktemp("tiny_qwen2_5vl") / "nano"
+    return str(create_tiny_vlm(out, seed=0, architecture="qwen2_5_vl"))
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
 def vlm(request):
-    """Each architecture family the tiny VLM is built in (the checks run on both)."""
-    folder = request.getfixturevalue(
-        "tiny_vlm_dir" if request.param == "llava" else "tiny_idefics3_dir"
-    )
+    """Each architecture family the tiny VLM is built in (the checks run on each)."""
+    folder = request.getfixturevalue(FIXTURES[request.param])
     model, processor = load_policy(folder, device="cpu")
     model.ragen_family = request.param
     return model, processor
@@ -37,16 +51,18 @@ def visual_rollout(vlm):
     return run_rollout(policy, manager, config, manager.seeds_for_step(0)), policy
 
 
-@pytest.mark.parametrize("family", ["llava", "idefics3"])
+@pytest.mark.parametrize("family", FAMILIES)
 def test_tiny_vlm_is_a_standard_deterministic_hf_folder(family, tmp_path, request):
-    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from transformers import AutoModelForImageTextToText
 
-    folder = Path(request.getfixturevalue(f"tiny_{'vlm' if family == 'llava' else family}_dir"))
+    folder = Path(request.getfixturevalue(FIXTURES[family]))
     model = AutoModelForImageTextToText.from_pretrained(folder)
-    processor = AutoProcessor.from_pretrained(folder)
+    processor = load_processor(str(folder))  # AutoProcessor (Qwen2-VL: without videos)
     expected = {
         "llava": "LlavaForConditionalGeneration",
         "idefics3": "Idefics3ForConditionalGeneration",
+        "qwen2_vl": "Qwen2VLForConditionalGeneration",
+        "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
     }
     assert type(model).__name__ == expected[family]
     assert type(processor.image_processor).__name__.endswith("Pil")  # no torchvision needed
@@ -107,15 +123,19 @@ def test_generation_logprobs_are_recomputed_with_the_same_pixels(vlm, visual_rol
     traj = result.trajectories[0]
     ids = torch.tensor([traj.input_ids])
     mask = torch.tensor([traj.response_mask])
-    vision = pixel_inputs(processor, traj.images)
+    ones = torch.ones_like(ids)
+    vision = forward_inputs(model, processor, ids, ones, traj.images)  # + M-RoPE positions
     pixels = vision["pixel_values"]  # LLaVA (N, 3, H, W); Idefics3 (1, N, 3, H, W)
-    assert pixels.shape[:-3].numel() == len(traj.images)
+    if "image_grid_thw" in vision:  # Qwen2-VL: (patches of all pictures, 3 * 2 * 14 * 14)
+        assert len(vision["image_grid_thw"]) == len(traj.images)
+    else:
+        assert pixels.shape[:-3].numel() == len(traj.images)
     with torch.no_grad():
-        lp, _ = sequence_logprobs(model, ids, torch.ones_like(ids), 1.0, mask, **vision)
+        lp, _ = sequence_logprobs(model, ids, ones, 1.0, mask, **vision)
     gen = torch.tensor([traj.gen_logprobs])
-    assert torch.allclose(lp * mask, gen * mask, atol=1e-4)
+    assert torch.allclose(lp * mask, gen * mask, atol=1e-5)
     # the pictures matter: other pictures give other log-probs
-    other = pixel_inputs(processor, [255 - im for im in traj.images])
+    other = forward_inputs(model, processor, ids, ones, [255 - im for im in traj.images])
     with torch.no_grad():
         lp_other, _ = sequence_logprobs(model, ids, torch.ones_like(ids), 1.0, mask, **other)
     assert not torch.allclose(lp_other * mask, gen * mask, atol=1e-4)

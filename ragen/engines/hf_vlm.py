@@ -9,6 +9,8 @@ of their entries. One batched loop for all rows: left padding with mask-derived
 position ids, ONE prefill with the pixel inputs of every picture in the batch
 (``ragen.models.vlm.pixel_inputs``, the same function the trainer uses), then one
 token per step from a KV cache (the pictures are in the cache after the prefill).
+Position ids come from ``ragen.models.vlm.positions_for`` (1-D, or Qwen2-VL's 3-D
+M-RoPE positions) and each decode step continues at the row's largest position + 1.
 
 Sampling, log-probs, stopping and the returned :class:`~ragen.engines.base.Generation`
 follow ``HFEngine`` exactly (``sample_next_token``: logp under the temperature-scaled
@@ -116,7 +118,13 @@ class HFVLMEngine:
         import torch
         from transformers import DynamicCache
 
-        from ragen.models.vlm import pixel_inputs, row_images
+        from ragen.models.vlm import (
+            next_positions,
+            pixel_inputs,
+            positions_for,
+            row_images,
+            step_positions,
+        )
 
         device, batch = self.device, len(prompts)
         width = max(len(p) for p in prompts)
@@ -127,11 +135,13 @@ class HFVLMEngine:
         if max_new == 0:
             return self._finish(token_ids, logprobs, reasons)
 
-        input_ids, attention, positions, next_position = left_padded_batch(
-            prompts, self.pad_token_id, device
-        )
+        input_ids, attention, _, _ = left_padded_batch(prompts, self.pad_token_id, device)
         dtype = next(self.model.parameters()).dtype
         vision = pixel_inputs(self.processor, row_images(images), device, dtype)
+        # (B, W) mask-counted positions, or Qwen2-VL's (3, B, W) M-RoPE ones: the same
+        # function the trainer's forward passes use
+        positions = positions_for(self.model, input_ids, attention, vision)
+        next_position = next_positions(positions)
 
         generator = None
         if params.seed is not None:
@@ -177,7 +187,7 @@ class HFVLMEngine:
             out = self.model(
                 input_ids=ids.unsqueeze(-1),
                 attention_mask=attention,
-                position_ids=next_position.unsqueeze(-1),
+                position_ids=step_positions(positions, next_position),
                 past_key_values=cache,
                 use_cache=True,
             )

@@ -200,8 +200,9 @@ def add_parser(subparsers) -> None:
     vlm.add_argument(
         "--architecture",
         default="llava",
-        choices=["llava", "idefics3"],
-        help="transformers family: LLaVA (CLIP + projector) or Idefics3 (SmolVLM's)",
+        choices=["llava", "idefics3", "qwen2_vl", "qwen2_5_vl"],
+        help="transformers family: LLaVA (CLIP + projector), Idefics3 (SmolVLM's), "
+        "Qwen2-VL or Qwen2.5-VL (VAGEN's; M-RoPE)",
     )
     vlm.set_defaults(func=_cmd_create_tiny_vlm)
 

@@ -70,7 +70,9 @@ def sequence_logprobs(
     ``entropy`` ``(B, T)`` of the distribution that chose token t (or ``None``).
     Differentiable (chunked, memory-lean softmax from ``ragen.algo``).
     ``model_inputs``: extra forward inputs, e.g. a VLM's ``pixel_values``
-    (``ragen.models.vlm.pixel_inputs``); they take the full forward pass.
+    (``ragen.models.vlm.pixel_inputs``); they take the full forward pass. A
+    ``position_ids`` among them (M-RoPE's ``(3, B, T)``, ``ragen.models.vlm.positions_for``)
+    replaces the mask-derived ``(B, T)`` positions.
     """
     import torch
 
@@ -79,7 +81,9 @@ def sequence_logprobs(
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
     scale = 1.0 if not temperature else float(temperature)
-    position_ids = position_ids_from_mask(attention_mask)
+    position_ids = model_inputs.pop("position_ids", None)
+    if position_ids is None:
+        position_ids = position_ids_from_mask(attention_mask)
     targets = input_ids[:, 1:]
     split = split_head(model) if positions is not None and not model_inputs else None
     if split is None:

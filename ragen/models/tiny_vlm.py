@@ -17,11 +17,22 @@ the folder.
 becomes ``<fake_token_around_image><global-img>`` + 9 ``<image>`` ids +
 ``<fake_token_around_image>``; the tests run the token-exactness checks on both.
 
-Why LLaVA by default: its positions are plain 1-D (Qwen2-VL's M-RoPE needs its own position
-ids), its image processor has a PIL backend, and one ``<image>`` becomes a fixed
-number of ids, ``(image_size / patch_size)**2``: 36 for the default 84x84 input with
-14-pixel patches, one patch per cell of ``sokoban_visual`` (a 6x6 room of 14-pixel
-cells). Images are resized to ``image_size`` (``frozen_lake_visual``'s 4x4 map of
+``architecture="qwen2_vl"`` (``Qwen2VLForConditionalGeneration``) and ``"qwen2_5_vl"``
+(``Qwen2_5_VLForConditionalGeneration``) build it in the family VAGEN trains: a
+Qwen2-VL vision tower (14-pixel patches, 2x2 of them merged into one id: 9
+``<|image_pad|>`` ids per 84x84 picture, inside ``<|vision_start|>`` ...
+``<|vision_end|>``) and the tiny LM with 3-D M-RoPE positions
+(``ragen.models.vlm.positions_for``). The processor is ``Qwen2VLProcessor`` with the PIL
+``Qwen2VLImageProcessorPil`` and no video processor
+(``ragen.models.vlm.image_only_processor_class``: the video one needs torchvision); the
+folder names the standard class, so ``AutoProcessor`` loads it where torchvision is
+installed and ``ragen.models.load_policy`` everywhere.
+
+Why LLaVA by default: it is the simplest of the four (plain 1-D positions, its
+processor loads with ``AutoProcessor`` alone, the measurements of docs/RESULTS.md were
+made on it), and one ``<image>`` becomes a fixed number of ids, one per patch,
+``(image_size / patch_size)**2``: 36 for the default 84x84 input with 14-pixel
+patches, one patch per cell of ``sokoban_visual`` (a 6x6 room of 14-pixel cells). Images are resized to ``image_size`` (``frozen_lake_visual``'s 4x4 map of
 21-pixel cells is already 84x84).
 
 The chat template is ChatML that accepts string or list content (``{"type": "image"}``
@@ -74,8 +85,20 @@ def image_tokens_per_image(image_size: int = IMAGE_SIZE, patch_size: int = PATCH
     return (image_size // patch_size) ** 2
 
 
+# ChatML as above, in Qwen2-VL's words: an image part is <|vision_start|><|image_pad|>
+# <|vision_end|> (the processor expands <|image_pad|> to one id per merged patch)
+QWEN2_VL_CHAT_TEMPLATE = CHAT_TEMPLATE.replace(
+    "{{ '<image>' }}", "{{ '<|vision_start|><|image_pad|><|vision_end|>' }}"
+)
+
 #: the architecture families ``create_tiny_vlm`` builds
-ARCHITECTURES = ("llava", "idefics3")
+ARCHITECTURES = ("llava", "idefics3", "qwen2_vl", "qwen2_5_vl")
+QWEN2_VL_FAMILY = ("qwen2_vl", "qwen2_5_vl")
+# Qwen2-VL's vision special tokens, in the order of its vocabulary
+_QWEN2_VL_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
+QWEN2_VL_IMAGE_TOKEN = "<|image_pad|>"
+QWEN2_VL_MERGE_SIZE = 2  # 2x2 patches -> one id (the merger), as in Qwen2-VL
+QWEN2_VL_PROCESSORS = {"qwen2_vl": "Qwen2VLProcessor", "qwen2_5_vl": "Qwen2_5_VLProcessor"}
 # Idefics3 (SmolVLM's family) writes each image as <fake_token_around_image><global-img>
 # <image>*n<fake_token_around_image>; its encoder merges scale_factor**2 patches per id
 _IDEFICS3_TOKENS = ("<fake_token_around_image>", "<global-img>", "<end_of_utterance>")
@@ -90,26 +113,35 @@ def _check_architecture(architecture: str) -> None:
 
 
 def image_tokens_for(architecture: str, image_size: int = IMAGE_SIZE, patch_size: int = PATCH_SIZE):
-    """``<image>`` ids per picture: one per patch (LLaVA), one per 2x2 patches (Idefics3)."""
+    """Image ids per picture: one per patch (LLaVA), one per 2x2 patches (Idefics3,
+    Qwen2-VL)."""
     _check_architecture(architecture)
     n = image_tokens_per_image(image_size, patch_size)
-    return n if architecture == "llava" else n // IDEFICS3_SCALE_FACTOR**2
+    if architecture == "llava":
+        return n
+    merge = QWEN2_VL_MERGE_SIZE if architecture in QWEN2_VL_FAMILY else IDEFICS3_SCALE_FACTOR
+    return n // merge**2
 
 
 def build_processor(
     image_size: int = IMAGE_SIZE, patch_size: int = PATCH_SIZE, architecture: str = "llava"
 ):
     """The tiny tokenizer (+ the image tokens) and a PIL-backed image processor of
-    ``architecture`` (``LlavaProcessor`` or ``Idefics3Processor``)."""
+    ``architecture`` (``LlavaProcessor``, ``Idefics3Processor`` or ``Qwen2VLProcessor`` /
+    ``Qwen2_5_VLProcessor`` without videos)."""
     from tokenizers import AddedToken
 
     _check_architecture(architecture)
     tokenizer = build_tokenizer("chatml")
-    extra = _IDEFICS3_TOKENS if architecture == "idefics3" else ()
+    if architecture in QWEN2_VL_FAMILY:
+        added = _QWEN2_VL_TOKENS
+    else:
+        added = (IMAGE_TOKEN, *(_IDEFICS3_TOKENS if architecture == "idefics3" else ()))
     tokenizer.add_tokens(
-        [AddedToken(t, special=True, normalized=False) for t in (IMAGE_TOKEN, *extra)],
-        special_tokens=True,
+        [AddedToken(t, special=True, normalized=False) for t in added], special_tokens=True
     )
+    if architecture in QWEN2_VL_FAMILY:
+        return _qwen2_vl_processor(tokenizer, image_size, patch_size, architecture)
     tokenizer.chat_template = CHAT_TEMPLATE
     if architecture == "idefics3":
         from transformers import Idefics3Processor
@@ -152,6 +184,101 @@ def build_processor(
     )
 
 
+def _qwen2_vl_processor(tokenizer, image_size: int, patch_size: int, architecture: str):
+    """Qwen2-VL's processor over the tiny tokenizer: every picture resized to
+    ``image_size`` squared (``min_pixels == max_pixels``), cut into ``patch_size`` patches
+    (two temporal copies, as Qwen2-VL does for stills) and 2x2-merged into one id each."""
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
+        Qwen2VLImageProcessorPil,
+    )
+
+    from .vlm import image_only_processor_class
+
+    if image_size % (patch_size * QWEN2_VL_MERGE_SIZE):
+        raise ValueError(
+            f"image_size {image_size} must be a multiple of patch_size * {QWEN2_VL_MERGE_SIZE} "
+            f"= {patch_size * QWEN2_VL_MERGE_SIZE} for {architecture}"
+        )
+    tokenizer.chat_template = QWEN2_VL_CHAT_TEMPLATE
+    image_processor = Qwen2VLImageProcessorPil(
+        min_pixels=image_size * image_size,
+        max_pixels=image_size * image_size,
+        patch_size=patch_size,
+        temporal_patch_size=2,
+        merge_size=QWEN2_VL_MERGE_SIZE,
+        image_mean=[0.5, 0.5, 0.5],
+        image_std=[0.5, 0.5, 0.5],
+    )
+    cls = image_only_processor_class(QWEN2_VL_PROCESSORS[architecture])
+    return cls(
+        image_processor=image_processor, tokenizer=tokenizer, chat_template=QWEN2_VL_CHAT_TEMPLATE
+    )
+
+
+def _mrope_section(head_dim: int) -> list[int]:
+    """Qwen2-VL's split of the rotary frequencies over (temporal, height, width): its
+    [16, 24, 24] of 64 (2:3:3), scaled to ``head_dim / 2`` frequencies."""
+    half = head_dim // 2
+    t = half // 4
+    h = (half - t) // 2
+    return [t, h, half - t - h]
+
+
+def _build_qwen2_vl(text_config, tok, size: str, patch_size: int, architecture: str):
+    """A randomly initialized Qwen2-VL / Qwen2.5-VL on the tiny LM ``text_config``."""
+    from transformers import (
+        Qwen2_5_VLConfig,
+        Qwen2_5_VLForConditionalGeneration,
+        Qwen2VLConfig,
+        Qwen2VLForConditionalGeneration,
+    )
+
+    preset = VISION_PRESETS[size]
+    text = text_config.to_dict()
+    head_dim = text_config.hidden_size // text_config.num_attention_heads
+    text["rope_parameters"] = {
+        "rope_type": "default",
+        "rope_theta": 1e6,
+        "mrope_section": _mrope_section(head_dim),
+    }
+    ids = {
+        "image_token_id": tok.convert_tokens_to_ids("<|image_pad|>"),
+        "video_token_id": tok.convert_tokens_to_ids("<|video_pad|>"),
+        "vision_start_token_id": tok.convert_tokens_to_ids("<|vision_start|>"),
+        "vision_end_token_id": tok.convert_tokens_to_ids("<|vision_end|>"),
+    }
+    common = dict(
+        patch_size=patch_size,
+        spatial_merge_size=QWEN2_VL_MERGE_SIZE,
+        temporal_patch_size=2,
+        depth=preset["num_hidden_layers"],
+        num_heads=preset["num_attention_heads"],
+    )
+    if architecture == "qwen2_vl":
+        vision = dict(
+            embed_dim=preset["hidden_size"],
+            hidden_size=text_config.hidden_size,  # the merger's output: the LM width
+            mlp_ratio=preset["intermediate_size"] // preset["hidden_size"],
+            **common,
+        )
+        config = Qwen2VLConfig(
+            text_config=text, vision_config=vision, tie_word_embeddings=True, **ids
+        )
+        return Qwen2VLForConditionalGeneration(config)
+    vision = dict(
+        hidden_size=preset["hidden_size"],
+        intermediate_size=preset["intermediate_size"],
+        out_hidden_size=text_config.hidden_size,
+        window_size=112,  # 4x4 merged patches: one window covers a 6x6-patch picture
+        fullatt_block_indexes=[preset["num_hidden_layers"] - 1],
+        **common,
+    )
+    config = Qwen2_5_VLConfig(
+        text_config=text, vision_config=vision, tie_word_embeddings=True, **ids
+    )
+    return Qwen2_5_VLForConditionalGeneration(config)
+
+
 def build_vlm(
     size: str,
     processor,
@@ -160,8 +287,8 @@ def build_vlm(
     patch_size: int = PATCH_SIZE,
     architecture: str = "llava",
 ):
-    """A randomly initialized ``LlavaForConditionalGeneration`` (or
-    ``Idefics3ForConditionalGeneration``) whose LM is the tiny preset ``size``."""
+    """A randomly initialized ``LlavaForConditionalGeneration`` (or Idefics3's, Qwen2-VL's,
+    Qwen2.5-VL's ``...ForConditionalGeneration``) whose LM is the tiny preset ``size``."""
     import torch
     from transformers import (
         CLIPVisionConfig,
@@ -190,6 +317,12 @@ def build_vlm(
         **PRESETS[size],
     )
     torch.manual_seed(seed)
+    if architecture in QWEN2_VL_FAMILY:
+        model = _build_qwen2_vl(text_config, tok, size, patch_size, architecture)
+        model.generation_config = GenerationConfig(
+            eos_token_id=eos_ids, pad_token_id=tok.pad_token_id
+        )
+        return model.eval()
     if architecture == "idefics3":
         config = Idefics3Config(
             vision_config=dict(
@@ -235,8 +368,9 @@ def create_tiny_vlm(
 
     Offline and deterministic. ``size`` picks the LM (``ragen.models.tiny.PRESETS``) and
     a matching vision encoder (:data:`VISION_PRESETS`); default ``nano`` (the tests').
-    ``architecture``: ``llava`` (default) or ``idefics3`` (SmolVLM's family: a SigLIP-style
-    encoder whose 2x2 patches merge into one id, 9 ids per 84x84 picture).
+    ``architecture``: ``llava`` (default), ``idefics3`` (SmolVLM's family: a SigLIP-style
+    encoder whose 2x2 patches merge into one id, 9 ids per 84x84 picture), ``qwen2_vl``
+    or ``qwen2_5_vl`` (VAGEN's family: 9 ids per picture, M-RoPE positions).
     """
     _check_architecture(architecture)
     if size not in PRESETS:

@@ -122,13 +122,15 @@ def sft_loss(model, batch: TrainingBatch, processor=None) -> tuple[torch.Tensor,
     pictures (``batch.images``): ``processor`` turns them into pixel inputs.
     """
     from ragen.models.logprobs import sequence_logprobs
-    from ragen.models.vlm import pixel_inputs, row_images
+    from ragen.models.vlm import forward_inputs, row_images
 
     vision = {}
-    if batch.images and processor is not None:
+    if batch.images and processor is not None:  # pixels (+ Qwen2-VL's M-RoPE positions)
         dtype = next(model.parameters()).dtype
-        device = batch.input_ids.device
-        vision = pixel_inputs(processor, row_images(batch.images), device, dtype)
+        images = row_images(batch.images)
+        vision = forward_inputs(
+            model, processor, batch.input_ids, batch.attention_mask, images, dtype
+        )
     mask = batch.response_mask
     log_prob, _ = sequence_logprobs(
         model, batch.input_ids, batch.attention_mask, positions=mask, **vision

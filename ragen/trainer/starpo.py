@@ -42,7 +42,7 @@ from ragen.envs.base import derive_seed
 from ragen.errors import ConfigError
 from ragen.models.logprobs import sequence_logprobs
 from ragen.models.precision import cpu_autocast
-from ragen.models.vlm import is_processor, pixel_inputs, row_images, text_tokenizer
+from ragen.models.vlm import forward_inputs, is_processor, row_images, text_tokenizer
 
 from . import setup
 from .batching import (
@@ -669,11 +669,15 @@ class StarPOTrainer:
 
     def vision_inputs(self, mb: TrainingBatch) -> dict[str, Any]:
         """Pixel inputs of a micro-batch's pictures (empty for text rows): the model's own
-        image processor on the same pictures generation saw (``ragen.models.vlm``)."""
+        image processor on the same pictures generation saw, plus M-RoPE position ids for
+        the Qwen2-VL family (``ragen.models.vlm.forward_inputs``)."""
         if not mb.images or not any(mb.images):
             return {}
         dtype = next(self.actor.parameters()).dtype
-        return pixel_inputs(self.tokenizer, row_images(mb.images), self.device, dtype)
+        images = row_images(mb.images)
+        return forward_inputs(
+            self.actor, self.tokenizer, mb.input_ids, mb.attention_mask, images, dtype
+        )
 
     def _micro_batches(self, batch: TrainingBatch, rows: Sequence[int] | None = None):
         """``(row_ids, micro_batch)`` pairs within ``algo.micro_token_budget``."""
