@@ -9,7 +9,7 @@ A run trained with ``env.train_states=N`` (:class:`~ragen.agent.env_manager.EnvS
 draws every training group from one fixed pool of N rooms. This bench rebuilds that
 pool from ``--pool`` and ``--seed`` (the run's ``env.train_states`` and
 ``trainer.seed``) and plays ``--episodes`` episodes of every pool room with the warm
-start and with the RL run's final actor, at temperature 0.5 with the demo's rollout
+start and with the RL run's final actor, at temperature 0.5 (``--temperature``) with the demo's rollout
 settings, plus the same number of held-out validation episodes. It separates two
 reasons RL may not add on held-out rooms: it does not learn even the rooms it trains
 on (an optimization problem), or it learns them and the gain does not transfer.
@@ -33,8 +33,11 @@ def final_actor(run: Path) -> Path:
     return steps[-1] / "actor"
 
 
-def per_room_success(model: str, env: str, seeds: list[int], episodes: int, rollout, seed: int):
-    """``{seed: success rate}`` over ``episodes`` episodes of each room (one group per room)."""
+def per_room_success(
+    model: str, env: str, seeds: list[int], episodes: int, rollout, seed: int, temperature=0.5
+):
+    """``{seed: success rate}`` over ``episodes`` episodes of each room (one group per
+    room), sampled at ``temperature``."""
     from dataclasses import replace
 
     from ragen.agent.env_manager import EnvStateManager
@@ -43,12 +46,20 @@ def per_room_success(model: str, env: str, seeds: list[int], episodes: int, roll
 
     policy = build_policy(model, None, None, "cpu", "auto", 0.0, 1, seed)
     manager = EnvStateManager(env, env_groups=len(seeds), group_size=episodes, seed=seed)
-    result = run_rollout(policy, manager, replace(rollout, temperature=0.5, seed=seed), seeds)
+    result = run_rollout(
+        policy, manager, replace(rollout, temperature=temperature, seed=seed), seeds
+    )
     wins: dict[int, list[bool]] = {s: [] for s in seeds}
     for t in result.trajectories:
         if t.reward_from_turn is None or t.turn_index == 0:  # one record per episode
             wins[t.seed].append(bool(t.success))
     return {s: sum(w) / max(1, len(w)) for s, w in wins.items()}
+
+
+def room_spread(rates) -> list[int]:
+    """How many rooms are never solved, sometimes solved, always solved."""
+    rates = list(rates)
+    return [sum(p == 0 for p in rates), sum(0 < p < 1 for p in rates), sum(p == 1 for p in rates)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,7 +76,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pool", type=int, required=True, help="the run's env.train_states")
     p.add_argument("--seed", type=int, default=0, help="the run's trainer.seed")
     p.add_argument("--episodes", type=int, default=32, help="episodes per room")
-    p.add_argument("--val-rooms", type=int, default=32, help="held-out validation rooms, one episode each")
+    p.add_argument("--val-rooms", type=int, default=32, help="held-out validation rooms")
+    p.add_argument(
+        "--val-episodes",
+        type=int,
+        default=1,
+        help="episodes per held-out room (> 1 also reports how many rooms sit at 0%%, "
+        "strictly between, and at 100%%: the share RL can sharpen)",
+    )
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=0.5,
+        help="sampling temperature (0.5: the evaluations'; 1.0: what RL rollouts explore with)",
+    )
     p.add_argument("--out", default=None, help="write the result as JSON here")
     args = p.parse_args(argv)
 
@@ -80,19 +104,27 @@ def main(argv: list[str] | None = None) -> int:
     models = {"warm start": args.warm, "after RL": str(final_actor(Path(args.rl)))}
     result: dict[str, dict] = {}
     for name, model in models.items():
-        rooms = per_room_success(model, args.env, pool, args.episodes, rollout, args.seed)
-        held = per_room_success(model, args.env, val, 1, rollout, args.seed)
+        t = args.temperature
+        rooms = per_room_success(model, args.env, pool, args.episodes, rollout, args.seed, t)
+        held = per_room_success(model, args.env, val, args.val_episodes, rollout, args.seed, t)
         result[name] = {
             "pool rooms": {str(k): v for k, v in rooms.items()},
             "pool mean": sum(rooms.values()) / len(rooms),
             "validation mean": sum(held.values()) / len(held),
+            "validation rooms at 0 / between / 1": room_spread(held.values()),
+            # what sharpening every partly solved room to 100% would add
+            "validation sharpening ceiling": sum(1 - p for p in held.values() if 0 < p < 1)
+            / len(held),
         }
     print(f"{'room':>12} | warm start | after RL")
     for s in pool:
         w, r = (result[m]["pool rooms"][str(s)] for m in models)
         print(f"{s:>12} | {w:10.1%} | {r:8.1%}")
-    for key in ("pool mean", "validation mean"):
+    for key in ("pool mean", "validation mean", "validation sharpening ceiling"):
         print(f"{key:>12} | {result['warm start'][key]:10.1%} | {result['after RL'][key]:8.1%}")
+    if args.val_episodes > 1:
+        key = "validation rooms at 0 / between / 1"
+        print(f"{key}: warm start {result['warm start'][key]}, after RL {result['after RL'][key]}")
     if args.out:
         Path(args.out).write_text(json.dumps({"args": vars(args), **result}, indent=1))
     return 0
