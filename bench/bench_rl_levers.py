@@ -10,7 +10,8 @@
 Each ``--variant NAME:OVERRIDE,OVERRIDE`` is the demo's StarPO-S stage (``ragen.demo``,
 budget ``full``: 40 steps of 16 groups x 4, actor lr 1e-4, one optimizer step per
 training step) with ``ragen train`` overrides on top; ``steps=N`` sets the number of RL
-steps (and so the validation and save cadence), ``groups=N`` the env groups per step
+steps (and so the validation and save cadence), ``groups=N`` the env groups per step,
+``group_size=N`` the episodes per group
 (still one optimizer step per training step). Every variant starts from the SAME
 warm start that :mod:`bench.bench_reasoning` trained (``<warm>/<env>/<format>/seedS``),
 and is evaluated on the same 128 held-out validation episodes (temperature 0.5) as that
@@ -42,7 +43,8 @@ from ragen.demo import BUDGETS, Budget, exit_with_parent
 def parse_variant(text: str) -> tuple[str, dict[str, int], list[str]]:
     """``NAME:OVERRIDE,OVERRIDE`` -> (name, budget changes, ``ragen train`` overrides).
 
-    ``steps=N`` (RL steps) and ``groups=N`` (env groups per step; the optimizer still
+    ``steps=N`` (RL steps), ``groups=N`` and ``group_size=N`` (env groups per step and
+    episodes per group; the optimizer still
     takes one step per training step) change the demo's budget; every other item is a
     ``ragen train`` override."""
     name, _, rest = text.partition(":")
@@ -54,7 +56,7 @@ def parse_variant(text: str) -> tuple[str, dict[str, int], list[str]]:
     overrides = []
     for item in filter(None, rest.split(",")):
         key, _, value = item.partition("=")
-        if key in ("steps", "groups"):
+        if key in ("steps", "groups", "group_size"):
             budget[key] = int(value)
         else:
             overrides.append(item)
@@ -77,6 +79,7 @@ def run_job(
         extra=[*budget.extra, "trainer.log_trajectories_every=10", *overrides],
         rl_steps={**budget.rl_steps, env: changes.get("steps", budget.rl_steps[env])},
         env_groups=changes.get("groups", budget.env_groups),
+        group_size=changes.get("group_size", budget.group_size),
     )
     source = _Run(
         warm / env / fmt / f"seed{seed}", b, env, seed, warm / "tiny" / f"seed{seed}", "x"
