@@ -118,6 +118,27 @@ def before_engine(model, tokenizer):
     return BeforeEngine(model, tokenizer, prefix_cache=False)
 
 
+#: bench-only engine variants beside ``make_hf_engine``'s names: the static step as it
+#: was before the direct step (transformers' forward, batched-matmul attention), and the
+#: direct step without the C attention kernel
+VARIANTS = {
+    "static-modules": {"direct": False},
+    "static-nokernel": {"attention_kernel": False},
+}
+
+
+def bench_engine(model, tokenizer, name: str, **kwargs):
+    """The engine called ``name``: ``before``, a :data:`VARIANTS` key, or a
+    ``model.engine`` choice (eager, static, compiled)."""
+    from ragen.engines.compiled import StaticHFEngine, make_hf_engine
+
+    if name == "before":
+        return before_engine(model, tokenizer)
+    if name in VARIANTS:
+        return StaticHFEngine(model, tokenizer, **VARIANTS[name], **kwargs)
+    return make_hf_engine(model, tokenizer, name, **kwargs)
+
+
 def machine_peaks() -> tuple[float, float]:
     """(fp32 FLOP/s of one 1024^3 matmul, bytes/s of summing 256 MB) per CPU second of
     this process (its threads' peak; memory bandwidth is shared with other jobs)."""
@@ -175,14 +196,8 @@ def decode_table(model, tokenizer, prompts, new: int, repeats: int, names: list[
     import torch
 
     from ragen.engines.base import SamplingParams
-    from ragen.engines.compiled import make_hf_engine
 
-    engines = {
-        name: before_engine(model, tokenizer)
-        if name == "before"
-        else make_hf_engine(model, tokenizer, name, prefix_cache=False)
-        for name in names
-    }
+    engines = {name: bench_engine(model, tokenizer, name, prefix_cache=False) for name in names}
     params = SamplingParams(temperature=1.0, max_new_tokens=new, stop_strings=[], seed=0)
     # The engines' stats in CPU seconds of this process (steadier than wall time on a
     # shared machine; equal to it on an idle one with one thread).
@@ -252,7 +267,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--engines",
         default="before,eager,static",
-        help="decode-step table: comma-separated of before,eager,static,compiled ('' = skip)",
+        help="decode-step table: comma-separated of before,eager,static,compiled and the "
+        "bench variants static-modules,static-nokernel ('' = skip)",
     )
     args = parser.parse_args(argv)
 

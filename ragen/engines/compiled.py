@@ -50,6 +50,8 @@ import contextlib
 import logging
 import time
 
+from .cpu_attention import decode_attention_kernel
+from .direct import DirectDecodeStep
 from .hf import HFEngine, _preallocated_layers, make_kv_cache
 
 log = logging.getLogger(__name__)
@@ -144,6 +146,8 @@ class StaticHFEngine(HFEngine):
         *args,
         compile: bool = False,
         compile_options: dict | None = None,
+        direct: bool = True,
+        attention_kernel: bool = True,
         **kwargs,
     ):
         super().__init__(model, tokenizer, *args, **kwargs)
@@ -153,6 +157,11 @@ class StaticHFEngine(HFEngine):
         self._attention = ATTENTION_NAME if dispatches and _register_attention() else None
         # a model with sliding-window / linear-attention layers keeps the base step
         self._static = _preallocated_layers(make_kv_cache(model, 1)) is not None
+        # the compiled step keeps transformers' forward (dynamo cannot trace the C kernel)
+        use_direct = direct and self._static and not compile
+        self._direct = DirectDecodeStep.build(model) if use_direct else None
+        if self._direct is not None and attention_kernel and self.device.type == "cpu":
+            self._direct.kernel = decode_attention_kernel()
         self.compile = bool(compile)
         self.compile_options = dict(compile_options or {})
         self.compile_seconds = 0.0
@@ -187,6 +196,8 @@ class StaticHFEngine(HFEngine):
 
     # -- the step ---------------------------------------------------------------------------
     def _forward(self, cache, mask4d, ids, positions):
+        if self._direct is not None and self._direct.usable():
+            return self._direct(cache.layers, mask4d, ids, positions)
         with _attention_implementation(self._config, self._attention):
             out = self.model(
                 input_ids=ids.unsqueeze(-1),

@@ -132,7 +132,9 @@ def sample_next_token(
     import torch
 
     logits = logits.float()
-    logp = torch.log_softmax(logits / (temperature if temperature > 0 else 1.0), dim=-1)
+    if temperature > 0 and temperature != 1.0:  # x / 1 == x: skip a (b, V) pass
+        logits = logits / temperature
+    logp = torch.log_softmax(logits, dim=-1)
     if temperature == 0:
         ids = logp.argmax(dim=-1)
     else:
