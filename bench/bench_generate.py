@@ -232,7 +232,7 @@ def decode_table(model, tokenizer, prompts, new: int, repeats: int, names: list[
         f"GFLOP/s, {peak_bw / 1e9:.0f} GB/s -> roofline {roofline * 1e3:.2f} ms"
     )
     print(
-        f"{'engine':<9} {'warm-up s':>9} {'prefill s':>9} {'ms/step':>8} {'vs before':>9} "
+        f"{'engine':<15} {'warm-up s':>9} {'prefill s':>9} {'ms/step':>8} {'vs before':>9} "
         f"{'roofline':>8}  same ids as eager (max |dlogp| where equal)"
     )
     reference = outputs.get("eager")
@@ -245,7 +245,7 @@ def decode_table(model, tokenizer, prompts, new: int, repeats: int, names: list[
         elif reference is not None:
             same = compare_ids(reference, outputs[name])
         print(
-            f"{name:<9} {warm[name]:>9.2f} {prefill:>9.2f} {step * 1e3:>8.2f} "
+            f"{name:<15} {warm[name]:>9.2f} {prefill:>9.2f} {step * 1e3:>8.2f} "
             f"{base / step:>8.2f}x {100 * roofline / step:>7.0f}%  {same}"
         )
 

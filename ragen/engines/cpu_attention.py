@@ -68,6 +68,7 @@ _SOURCE = r"""
         const float *qg = qq + g * (D);                                          \
         float *sg = s + g * length;                                              \
         long l = 0;                                                              \
+        for (; l < start; ++l) sg[l] = m[l]; /* -inf: K not read */              \
         for (; l + 4 <= length; l += 4) {                                        \
             float a0, a1, a2, a3;                                                \
             PREFETCH(kk + (l + 4) * (D) + PREFETCH_AHEAD);                       \
@@ -92,7 +93,7 @@ _SOURCE = r"""
     {                                                                            \
         float acc[groups * (D)];                                                 \
         for (long i = 0; i < groups * (D); ++i) acc[i] = 0.f;                    \
-        for (long l = 0; l < length; ++l) {                                      \
+        for (long l = start; l < length; ++l) {                                  \
             const float *vl = vv + l * (D);                                      \
             PREFETCH(vl + PREFETCH_AHEAD);                                       \
             for (long g = 0; g < groups; ++g) {                                  \
@@ -104,11 +105,20 @@ _SOURCE = r"""
         for (long i = 0; i < groups * (D); ++i) o[i] = acc[i];                   \
     }
 
+/* Columns before a row's first finite mask entry (its left padding) weigh exactly 0
+   after the softmax: their K and V are not read. */
+static long first_unmasked(const float *m, long length) {
+    long start = 0;
+    while (start < length && m[start] == -__builtin_inff()) ++start;
+    return start;
+}
+
 void decode_scores(const float *q, const float *k, const float *mask, float *scores,
                    long r0, long r1, long kv_heads, long groups, long dim, long cap,
                    long length, long mask_stride, float scale) {
     for (long r = r0; r < r1; ++r) {
         const float *m = mask + r * mask_stride;
+        const long start = first_unmasked(m, length);
         for (long h = 0; h < kv_heads; ++h) {
             const long block = r * kv_heads + h;
             const float *kk = k + block * cap * dim;
@@ -124,9 +134,11 @@ void decode_scores(const float *q, const float *k, const float *mask, float *sco
     }
 }
 
-void decode_values(const float *p, const float *v, float *out, long r0, long r1,
-                   long kv_heads, long groups, long dim, long cap, long length) {
+void decode_values(const float *p, const float *v, const float *mask, float *out,
+                   long r0, long r1, long kv_heads, long groups, long dim, long cap,
+                   long length, long mask_stride) {
     for (long r = r0; r < r1; ++r) {
+        const long start = first_unmasked(mask + r * mask_stride, length);
         for (long h = 0; h < kv_heads; ++h) {
             const long block = r * kv_heads + h;
             const float *vv = v + block * cap * dim;
@@ -206,7 +218,7 @@ class DecodeAttention:
         self._scores.argtypes = [_PTR] * 4 + [_LONG] * 8 + [_FLOAT]
         self._scores.restype = None
         self._values = library.decode_values
-        self._values.argtypes = [_PTR] * 3 + [_LONG] * 7
+        self._values.argtypes = [_PTR] * 4 + [_LONG] * 8
         self._values.restype = None
         self._pool = None
         self._pool_size = 0
@@ -256,7 +268,14 @@ class DecodeAttention:
 
         def values_rows(r0, r1):
             self._values(
-                probs.data_ptr(), value_buffer.data_ptr(), out.data_ptr(), r0, r1, *geometry
+                probs.data_ptr(),
+                value_buffer.data_ptr(),
+                mask.data_ptr(),
+                out.data_ptr(),
+                r0,
+                r1,
+                *geometry,
+                mask.stride(0),
             )
 
         chunks = self._chunks(b)
