@@ -1,5 +1,5 @@
-"""A faster decode step for :class:`~ragen.engines.hf.HFEngine`: static buffers, a GQA
-decode attention, and (optionally) a compiled step.
+"""A faster decode step for :class:`~ragen.engines.hf.HFEngine`: static buffers, a direct
+Llama-family step with a streaming C attention kernel, and (optionally) a compiled step.
 
     engine = StaticHFEngine(model, tokenizer)                  # model.engine=static
     engine = StaticHFEngine(model, tokenizer, compile=True)    # model.engine=compiled
@@ -7,18 +7,30 @@ decode attention, and (optionally) a compiled step.
 Same interface, same outputs as ``HFEngine`` (the same sampled ids for the same seed,
 log-probs equal within ~1e-6; ``tests/test_engines_static.py``; the kernels differ, so
 a draw whose uniform lands within float rounding of a CDF boundary can flip: 1 row of
-128 at step 60 of 64 in ``bench.bench_generate --size micro``): prefill,
-prefix reuse across turns, per-row finishing, stop strings and seeded sampling are
-the base class's code. Only the decode step differs. What it changes, from a
-``torch.profiler`` trace of the eager step of 128 rows of ``tiny:nano`` (one thread;
-docs/RESULTS.md, "Rollout and update speed", has the figures):
+128 at step 60 of 64 in ``bench.bench_generate --size micro`` with the transformers
+step, none with the direct one): prefill, prefix reuse across turns, per-row
+finishing, stop strings and seeded sampling are the base class's code. Only the
+decode step differs. What it changes, from ``torch.profiler`` traces of the step of
+128 rows of ``tiny:nano`` (one thread; docs/RESULTS.md, "Rollout and update speed",
+has the figures):
 
-* ``scaled_dot_product_attention`` with one query per row read the K/V views through
-  its long-query kernel, ~1.6 ms per layer for 16 MB of K/V (~10 GB/s).
-  :func:`gqa_decode_attention` computes the same softmax with two batched matmuls
-  straight on the preallocated buffers (the query heads of a group share one read of
-  their kv head): ~1.2 ms per layer, still well below this core's ~38 GB/s (256 tiny
-  GEMMs per call); a fused decode-attention kernel is what would reach it;
+* the decode attention. ``scaled_dot_product_attention`` with one query per row read
+  the K/V views through its long-query kernel, ~1.6 ms per layer for 16 MB of K/V
+  (~10 GB/s). :func:`gqa_decode_attention` computes the same softmax with two batched
+  matmuls straight on the preallocated buffers (the query heads of a group share one
+  read of their kv head): ~1.2 ms per layer (256 tiny GEMMs per call, K/V at ~14
+  GB/s). On CPU with fp32 buffers the direct step (next item) replaces it by
+  :mod:`ragen.engines.cpu_attention`: two C loops that read each K and V row once,
+  sequentially, and skip each row's left padding, at about the rate a plain
+  streaming read gets (~0.9 ms per layer under load); the matmul version stays the
+  fallback (no C compiler, a GPU, bf16 buffers);
+* the glue. For Qwen2 / Llama / Mistral models :class:`ragen.engines.direct.
+  DirectDecodeStep` runs the step from the model's own submodules (embedding, rotary,
+  norms, every Linear and the LM head are called as modules, so hooks on them and
+  PEFT adapters work) without transformers' per-module dispatch, mask utilities and
+  cache bookkeeping; other models, or a hook on a module whose forward it replaces,
+  keep transformers' forward with :func:`gqa_decode_attention` registered in its
+  ``AttentionInterface`` (``direct=False`` forces that path);
 * transformers rebuilt a 4-D mask from the 2-D 0/1 mask every step (and ``torch.cat``
   grew it by one column). Here an additive ``(b, capacity)`` mask is built ONCE per
   call (``-inf`` on left padding, 0 elsewhere) and each step passes its first
@@ -27,8 +39,9 @@ docs/RESULTS.md, "Rollout and update speed", has the figures):
   per step, became the inverse-CDF draw of ``sample_next_token`` (0.7 ms), and the
   stop-string tail decode runs only for rows whose new token can end a stop string.
 
-``compile=True`` wraps the step (the model forward; the draw stays outside, so a
-seeded generator is never traced) in ``torch.compile`` with inductor. K/V lengths
+``compile=True`` wraps the step (transformers' model forward: dynamo cannot trace the
+ctypes kernel, so the compiled engine does not use the direct step; the draw stays
+outside, so a seeded generator is never traced) in ``torch.compile`` with inductor. K/V lengths
 grow by one each step, so the length is a dynamic dimension and one graph serves a
 whole call; the batch is whatever the base loop's row dropping leaves. If compiling
 fails (no C++ compiler, an unsupported model), the engine says so once and runs the
@@ -137,6 +150,11 @@ class StaticHFEngine(HFEngine):
     graph capture without inductor's C++ build). ``compile_seconds`` is the time of the
     first compiled step (the compile, plus one step; a later recompile, e.g. for a batch
     of one row, is not counted).
+
+    ``direct`` (default True): the direct Llama-family step where the model allows it
+    (never with ``compile``); ``attention_kernel`` (default True): its C decode
+    attention on CPU with fp32 buffers. Both exist to measure each part
+    (``bench.bench_generate`` variants ``static-modules`` / ``static-nokernel``).
     """
 
     def __init__(
@@ -256,9 +274,11 @@ def make_hf_engine(model, tokenizer, engine: str = "static", **kwargs) -> HFEngi
     """The token engine named by ``engine`` (one of :data:`ENGINE_CHOICES`) over ``model``.
 
     All three sample the same ids for the same seed (up to float-rounding flips, see the
-    module doc); ``static`` is the default: 1.5x ``before`` per step on the dev CPU,
-    within 5-13% of ``compiled``, and nothing to compile (docs/RESULTS.md, "Rollout and
-    update speed"); ``compiled`` adds a one-off compile of seconds to minutes.
+    module doc); ``static`` is the default: 1.95x ``before`` per step on the dev CPU for
+    ``tiny:nano`` (1.64x for ``tiny:micro``), faster than ``compiled`` (which keeps
+    transformers' forward), and nothing to compile but the ~1 s C kernel, once per
+    machine (docs/RESULTS.md, "Rollout and update speed"); ``compiled`` adds a one-off
+    compile of seconds to minutes.
     """
     if engine == "eager":
         return HFEngine(model, tokenizer, **kwargs)

@@ -9,13 +9,13 @@ RMSNorms, every ``Linear`` (so PEFT LoRA layers and forward hooks on them still 
 and the LM head are CALLED as modules; only the glue between them is ours:
 
     h = embed(ids)                                        (b, E)
-    cos, sin = rotary(h, positions)                       (b, D) each
+    cos, sin = rotary(h, positions)                       (b, 1, D) each
     per layer:
         x = input_norm(h)
         q, k, v = q_proj(x), k_proj(x), v_proj(x)         (b, H*D), (b, H_kv*D) x 2
         q, k = q*cos + roll(q, D/2)*sin_signed, same for k   (RoPE, see below)
         K[:, :, t], V[:, :, t] = k, v                     (in place, t = cache length)
-        a = gqa_attention(q, K[:, :, :t+1], V[:, :, :t+1], mask)     (b, H*D)
+        a = attention(q, K[:, :, :t+1], V[:, :, :t+1], mask)         (b, H*D)
         h = h + o_proj(a)
         h = h + down(act(gate(x')) * up(x')),  x' = post_norm(h)
     logits = lm_head(final_norm(h))                       (b, V)
@@ -23,10 +23,16 @@ and the LM head are CALLED as modules; only the glue between them is ours:
 It is the same arithmetic as transformers' modules in the same order (RoPE's
 ``rotate_half(x) = cat(-x2, x1)`` equals ``roll(x, D/2) * sign`` exactly, the sign
 folded into ``sin`` once per step), so the logits equal the transformers step within
-float rounding (``tests/test_engines_static.py``). What it saves is the per-step Python
-and small-op overhead of the module tree: the attention interface dispatch, the mask
-utilities, ``DynamicCache.update``, the 3-D ``(b, 1, E)`` shapes, output dataclasses,
-``rotate_half``'s two slices, negation and cat per tensor.
+float rounding (``tests/test_engines_static.py``). ``attention`` is the C kernel of
+:mod:`ragen.engines.cpu_attention` (CPU, fp32 buffers, ``kernel`` set), else
+:func:`ragen.engines.compiled.gqa_decode_attention`.
+
+Why: the glue hands the attention the raw preallocated buffers and the 2-D mask, which
+the C kernel needs (that is most of the gain, docs/RESULTS.md, issue 17, "direct
+step"). On its own, skipping transformers' per-module overhead (attention interface
+dispatch, mask utilities, ``DynamicCache.update``, output dataclasses,
+``rotate_half``'s slices and cat) saved 0-4% of a ``tiny:nano`` step on the dev CPU:
+with one thread the small ops were never the bulk of it.
 
 :meth:`DirectDecodeStep.build` returns None (the caller keeps transformers' forward)
 for anything it does not cover: another architecture (QK-norm, sliding window,
@@ -120,6 +126,10 @@ class DirectDecodeStep:
         # rotate_half(x) * sin == roll(x, D/2) * (sign * sin), sign = -1 on the first half
         sin = torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)
         t = layers[0].length
+        if t >= layers[0].capacity:
+            raise RuntimeError(
+                f"KV cache capacity {layers[0].capacity} exceeded ({t + 1} positions)"
+            )
         kernel = self.kernel
         if kernel is not None and not kernel.supports(
             h, layers[0]._key_buffer, layers[0]._value_buffer, mask[:, 0, 0]
