@@ -29,7 +29,10 @@ Methods:
 Generated tokens are counted up to and including EOS for every method.
 
 Decode step, engine against engine (``--engines``, default ``before,eager,static``; add
-``compiled`` for ``torch.compile``): ONE call of ``--batch`` prompts x ``--new`` tokens
+``compiled`` for ``torch.compile``, or the :data:`VARIANTS` ``static-modules`` (the
+static engine with transformers' forward and the matmul attention, the default before
+the direct step) and ``static-nokernel`` (the direct step without the C attention)):
+ONE call of ``--batch`` prompts x ``--new`` tokens
 without stop strings per engine, repeated and interleaved, best run. It prints the
 prefill and the per-step decode time (``GenerationStats.prefill_seconds`` /
 ``decode_steps``, in CPU seconds of the process), the ratio to ``before`` (``HFEngine`` as it was before
