@@ -31,8 +31,9 @@ Generated tokens are counted up to and including EOS for every method.
 Decode step, engine against engine (``--engines``, default ``before,eager,static``; add
 ``compiled`` for ``torch.compile``, or the :data:`VARIANTS` ``static-modules`` (the
 static engine with transformers' forward and the matmul attention, the default before
-the direct step) and ``static-nokernel`` (the direct step without the C attention)):
-ONE call of ``--batch`` prompts x ``--new`` tokens
+the direct step) and ``static-nokernel`` (the direct step without the C attention);
+``static-bf16`` is the opt-in engine with bf16 matmuls, NOT exact, so the id column
+shows how many rows it drew differently)): ONE call of ``--batch`` prompts x ``--new`` tokens
 without stop strings per engine, repeated and interleaved, best run. It prints the
 prefill and the per-step decode time (``GenerationStats.prefill_seconds`` /
 ``decode_steps``, in CPU seconds of the process), the ratio to ``before`` (``HFEngine`` as it was before
@@ -270,7 +271,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--engines",
         default="before,eager,static",
-        help="decode-step table: comma-separated of before,eager,static,compiled and the "
+        help="decode-step table: comma-separated of before,eager,static,compiled,static-bf16 "
+        "and the "
         "bench variants static-modules,static-nokernel ('' = skip)",
     )
     args = parser.parse_args(argv)

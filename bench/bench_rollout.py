@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--engines",
         default="static",
-        help="comma-separated of before,eager,static,compiled (or a bench_generate "
+        help="comma-separated of before,eager,static,compiled,static-bf16 (or a bench_generate "
         "variant: static-modules, static-nokernel): one rollout each",
     )
     p.add_argument("--no-bare", action="store_true", help="skip the bare model.generate pairing")

@@ -304,3 +304,20 @@ def test_direct_step_runs_lora_adapters(tok):
         plain = engine.generate(_prompts(tok), params)
         _assert_same(HFEngine(peft_model, tok).generate(_prompts(tok), params), plain)
     assert [g.token_ids for g in plain] != [g.token_ids for g in ours]
+
+
+def test_bf16_matmuls_opt_in_is_close_not_exact(model, tok):
+    """``model.engine=static-bf16``: the direct step's matmuls in bf16. Its log-probs are
+    those of slightly different logits: close to the trainer's fp32 recompute of the
+    same ids, not equal."""
+    engine = make_hf_engine(model, tok, "static-bf16")
+    assert engine.bf16_matmuls and not StaticHFEngine(model, tok).bf16_matmuls
+    params = SamplingParams(temperature=1.0, max_new_tokens=16, stop_strings=[], seed=7)
+    gens = engine.generate(_prompts(tok), params)
+    worst = 0.0
+    for prompt, gen in zip(_prompts(tok), gens):
+        ids = torch.tensor([prompt + gen.token_ids])
+        with torch.no_grad():
+            expected = token_logprobs(model, ids)[0, len(prompt) :]
+        worst = max(worst, (torch.tensor(gen.logprobs) - expected).abs().max().item())
+    assert 1e-5 < worst < 5e-2

@@ -155,6 +155,13 @@ class StaticHFEngine(HFEngine):
     (never with ``compile``); ``attention_kernel`` (default True): its C decode
     attention on CPU with fp32 buffers. Both exist to measure each part
     (``bench.bench_generate`` variants ``static-modules`` / ``static-nokernel``).
+
+    ``bf16_matmuls`` (default False; ``model.engine=static-bf16``): run the direct step's
+    Linear layers and LM head under bf16 autocast (2-4x faster matmuls with avx512_bf16;
+    the residual stream, norms, RoPE, K/V and attention stay fp32). NOT exact: the
+    logits move by bf16 rounding, so log-probs differ from eager by ~1e-2 and some
+    draws differ (docs/RESULTS.md, issue 17, "bf16 matmuls"); the trainer's fp32
+    recompute of the log-probs then differs from ``Generation.logprobs`` by as much.
     """
 
     def __init__(
@@ -166,6 +173,7 @@ class StaticHFEngine(HFEngine):
         compile_options: dict | None = None,
         direct: bool = True,
         attention_kernel: bool = True,
+        bf16_matmuls: bool = False,
         **kwargs,
     ):
         super().__init__(model, tokenizer, *args, **kwargs)
@@ -180,6 +188,8 @@ class StaticHFEngine(HFEngine):
         self._direct = DirectDecodeStep.build(model) if use_direct else None
         if self._direct is not None and attention_kernel and self.device.type == "cpu":
             self._direct.kernel = decode_attention_kernel()
+        # opt-in, NOT exact: the direct step's matmuls under bf16 autocast (see the class doc)
+        self.bf16_matmuls = bool(bf16_matmuls) and self._direct is not None
         self.compile = bool(compile)
         self.compile_options = dict(compile_options or {})
         self.compile_seconds = 0.0
@@ -215,7 +225,12 @@ class StaticHFEngine(HFEngine):
     # -- the step ---------------------------------------------------------------------------
     def _forward(self, cache, mask4d, ids, positions):
         if self._direct is not None and self._direct.usable():
-            return self._direct(cache.layers, mask4d, ids, positions)
+            if not self.bf16_matmuls:
+                return self._direct(cache.layers, mask4d, ids, positions)
+            import torch
+
+            with torch.autocast(self.device.type, dtype=torch.bfloat16):
+                return self._direct(cache.layers, mask4d, ids, positions).float()
         with _attention_implementation(self._config, self._attention):
             out = self.model(
                 input_ids=ids.unsqueeze(-1),
@@ -266,8 +281,9 @@ class StaticHFEngine(HFEngine):
             return torch.float32
 
 
-#: ``model.engine`` choices: the eager loop, the static step (default), the compiled step
-ENGINE_CHOICES = ("eager", "static", "compiled")
+#: ``model.engine`` choices: the eager loop, the static step (default), the compiled step,
+#: the static step with bf16 matmuls (opt-in, not exact)
+ENGINE_CHOICES = ("eager", "static", "compiled", "static-bf16")
 
 
 def make_hf_engine(model, tokenizer, engine: str = "static", **kwargs) -> HFEngine:
@@ -284,4 +300,6 @@ def make_hf_engine(model, tokenizer, engine: str = "static", **kwargs) -> HFEngi
         return HFEngine(model, tokenizer, **kwargs)
     if engine in ("static", "compiled"):
         return StaticHFEngine(model, tokenizer, compile=engine == "compiled", **kwargs)
+    if engine == "static-bf16":
+        return StaticHFEngine(model, tokenizer, bf16_matmuls=True, **kwargs)
     raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINE_CHOICES)}")
