@@ -128,6 +128,8 @@ def before_engine(model, tokenizer):
 VARIANTS = {
     "static-modules": {"direct": False},
     "static-nokernel": {"attention_kernel": False},
+    "static-bf16mm": {"bf16_matmuls": True},
+    "static-bf16kv": {"bf16_kv": True},
 }
 
 
@@ -307,7 +309,7 @@ def main(argv: list[str] | None = None) -> None:
             if name == "HFEngine+DynamicCache":
                 from transformers import DynamicCache
 
-                hf.make_kv_cache = lambda m, capacity: DynamicCache(config=m.config)
+                hf.make_kv_cache = lambda m, *args: DynamicCache(config=m.config)
             try:
                 engine = engines.get(name, engines["HFEngine-noprefix"])
                 return [g.token_ids for g in engine.generate(prompts, params)]

@@ -240,6 +240,20 @@ def test_cpu_decode_attention_equals_gqa(heads, kv_heads, dim, monkeypatch):
         ours = kernel(q, keys, values, mask, length, 0.2)
         assert ours.shape == (b, heads * dim)
         assert torch.allclose(ours, ref.reshape(b, heads * dim), atol=1e-5)
+    # bf16 buffers: the loops widen each element exactly, so they equal fp32 math on the
+    # rounded values
+    keys16, values16 = keys.to(torch.bfloat16), values.to(torch.bfloat16)
+    ref16, _ = gqa_decode_attention(
+        Module(),
+        q[:, :, None],
+        keys16.float()[:, :, :length],
+        values16.float()[:, :, :length],
+        mask[:, None, None, :length],
+        scaling=0.2,
+    )
+    assert kernel.supports(q, keys16, values16, mask)
+    ours16 = kernel(q, keys16, values16, mask, length, 0.2)
+    assert torch.allclose(ours16, ref16.reshape(b, heads * dim), atol=1e-5)
 
 
 def test_cpu_decode_attention_build_failure_says_so_once(tmp_path, monkeypatch, caplog):
@@ -306,12 +320,13 @@ def test_direct_step_runs_lora_adapters(tok):
     assert [g.token_ids for g in plain] != [g.token_ids for g in ours]
 
 
-def test_bf16_matmuls_opt_in_is_close_not_exact(model, tok):
-    """``model.engine=static-bf16``: the direct step's matmuls in bf16. Its log-probs are
-    those of slightly different logits: close to the trainer's fp32 recompute of the
-    same ids, not equal."""
+def test_bf16_opt_in_is_close_not_exact(model, tok):
+    """``model.engine=static-bf16``: the direct step's matmuls in bf16, K/V stored in
+    bf16. Its log-probs are those of slightly different logits: close to the trainer's
+    fp32 recompute of the same ids, not equal."""
     engine = make_hf_engine(model, tok, "static-bf16")
     assert engine.bf16_matmuls and not StaticHFEngine(model, tok).bf16_matmuls
+    assert engine.kv_dtype == torch.bfloat16 and StaticHFEngine(model, tok).kv_dtype is None
     params = SamplingParams(temperature=1.0, max_new_tokens=16, stop_strings=[], seed=7)
     gens = engine.generate(_prompts(tok), params)
     worst = 0.0
@@ -321,3 +336,8 @@ def test_bf16_matmuls_opt_in_is_close_not_exact(model, tok):
             expected = token_logprobs(model, ids)[0, len(prompt) :]
         worst = max(worst, (torch.tensor(gen.logprobs) - expected).abs().max().item())
     assert 1e-5 < worst < 5e-2
+    # prefix reuse across turns with bf16 K/V: the stored K/V are bf16 and reused
+    obs = tok.encode("\nTurn 2: state")
+    prompts = [p + g.token_ids + obs for p, g in zip(_prompts(tok), gens)]
+    again = engine.generate(prompts, params)
+    assert engine.stats.reused_prompt_tokens > 0 and all(g.token_ids for g in again)

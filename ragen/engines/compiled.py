@@ -174,6 +174,7 @@ class StaticHFEngine(HFEngine):
         direct: bool = True,
         attention_kernel: bool = True,
         bf16_matmuls: bool = False,
+        bf16_kv: bool = False,
         **kwargs,
     ):
         super().__init__(model, tokenizer, *args, **kwargs)
@@ -188,8 +189,19 @@ class StaticHFEngine(HFEngine):
         self._direct = DirectDecodeStep.build(model) if use_direct else None
         if self._direct is not None and attention_kernel and self.device.type == "cpu":
             self._direct.kernel = decode_attention_kernel()
-        # opt-in, NOT exact: the direct step's matmuls under bf16 autocast (see the class doc)
+        # opt-in, NOT exact: the direct step's matmuls under bf16 autocast, K/V stored in
+        # bf16 (the latter only where the C kernel reads them); see the class doc
         self.bf16_matmuls = bool(bf16_matmuls) and self._direct is not None
+        if bf16_kv and self._direct is not None and self._direct.kernel is not None:
+            import torch
+
+            self.kv_dtype = torch.bfloat16
+        if (bf16_matmuls and not self.bf16_matmuls) or (bf16_kv and self.kv_dtype is None):
+            log.warning(
+                "bf16 decoding needs the direct decode step%s, unavailable for this "
+                "model/device; decoding in the model's dtype",
+                " and the CPU attention kernel" if bf16_kv else "",
+            )
         self.compile = bool(compile)
         self.compile_options = dict(compile_options or {})
         self.compile_seconds = 0.0
@@ -301,5 +313,5 @@ def make_hf_engine(model, tokenizer, engine: str = "static", **kwargs) -> HFEngi
     if engine in ("static", "compiled"):
         return StaticHFEngine(model, tokenizer, compile=engine == "compiled", **kwargs)
     if engine == "static-bf16":
-        return StaticHFEngine(model, tokenizer, bf16_matmuls=True, **kwargs)
+        return StaticHFEngine(model, tokenizer, bf16_matmuls=True, bf16_kv=True, **kwargs)
     raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINE_CHOICES)}")

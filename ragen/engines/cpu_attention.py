@@ -43,7 +43,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-_SOURCE = r"""
+_COMMON = r"""
 #include <stddef.h>
 
 /* One (row, kv head) block: K rows kk[l * D + d], queries qq[g * D + d], scores
@@ -59,7 +59,7 @@ _SOURCE = r"""
 #define DOT(a, b, D, out)                                                        \
     do {                                                                         \
         float acc_ = 0.f;                                                        \
-        for (long d = 0; d < (D); ++d) acc_ += (a)[d] * (b)[d];                  \
+        for (long d = 0; d < (D); ++d) acc_ += (a)[d] * LD((b)[d]);              \
         (out) = acc_;                                                            \
     } while (0)
 
@@ -94,12 +94,12 @@ _SOURCE = r"""
         float acc[groups * (D)];                                                 \
         for (long i = 0; i < groups * (D); ++i) acc[i] = 0.f;                    \
         for (long l = start; l < length; ++l) {                                  \
-            const float *vl = vv + l * (D);                                      \
+            const KV_T *vl = vv + l * (D);                                       \
             PREFETCH(vl + PREFETCH_AHEAD);                                       \
             for (long g = 0; g < groups; ++g) {                                  \
                 const float w = pp[g * length + l];                              \
                 float *ag = acc + g * (D);                                       \
-                for (long d = 0; d < (D); ++d) ag[d] += w * vl[d];               \
+                for (long d = 0; d < (D); ++d) ag[d] += w * LD(vl[d]);           \
             }                                                                    \
         }                                                                        \
         for (long i = 0; i < groups * (D); ++i) o[i] = acc[i];                   \
@@ -113,7 +113,19 @@ static long first_unmasked(const float *m, long length) {
     return start;
 }
 
-void decode_scores(const float *q, const float *k, const float *mask, float *scores,
+/* bf16 -> fp32 is exact: the bf16 bits are the float's upper half. */
+static inline float bf16_to_float(unsigned short x) {
+    union { unsigned int u; float f; } c;
+    c.u = (unsigned int)x << 16;
+    return c.f;
+}
+
+@FUNCTIONS@
+"""
+
+#: the two kernels, instantiated for fp32 and bf16 K/V buffers (see _SOURCE)
+_FUNCTIONS = r"""
+void decode_scores@S@(const float *q, const KV_T *k, const float *mask, float *scores,
                    long r0, long r1, long kv_heads, long groups, long dim, long cap,
                    long length, long mask_stride, float scale) {
     for (long r = r0; r < r1; ++r) {
@@ -121,7 +133,7 @@ void decode_scores(const float *q, const float *k, const float *mask, float *sco
         const long start = first_unmasked(m, length);
         for (long h = 0; h < kv_heads; ++h) {
             const long block = r * kv_heads + h;
-            const float *kk = k + block * cap * dim;
+            const KV_T *kk = k + block * cap * dim;
             const float *qq = q + block * groups * dim;
             float *s = scores + block * groups * length;
             switch (dim) {
@@ -134,14 +146,14 @@ void decode_scores(const float *q, const float *k, const float *mask, float *sco
     }
 }
 
-void decode_values(const float *p, const float *v, const float *mask, float *out,
+void decode_values@S@(const float *p, const KV_T *v, const float *mask, float *out,
                    long r0, long r1, long kv_heads, long groups, long dim, long cap,
                    long length, long mask_stride) {
     for (long r = r0; r < r1; ++r) {
         const long start = first_unmasked(mask + r * mask_stride, length);
         for (long h = 0; h < kv_heads; ++h) {
             const long block = r * kv_heads + h;
-            const float *vv = v + block * cap * dim;
+            const KV_T *vv = v + block * cap * dim;
             const float *pp = p + block * groups * length;
             float *o = out + block * groups * dim;
             switch (dim) {
@@ -154,6 +166,14 @@ void decode_values(const float *p, const float *v, const float *mask, float *out
     }
 }
 """
+
+_SOURCE = (
+    _COMMON.replace("\n@FUNCTIONS@\n", "\n")
+    + "#define KV_T float\n#define LD(x) (x)\n"
+    + _FUNCTIONS.replace("@S@", "")
+    + "#undef KV_T\n#undef LD\n#define KV_T unsigned short\n#define LD(x) bf16_to_float(x)\n"
+    + _FUNCTIONS.replace("@S@", "_bf16")
+)
 
 # -fassociative-math (with the two flags it requires) lets the compiler vectorize the
 # dot-product sums; unlike -ffast-math it keeps infinities (the mask's -inf) and NaNs.
@@ -214,24 +234,31 @@ class DecodeAttention:
     """The loaded kernels; call it as :meth:`__call__` documents."""
 
     def __init__(self, library: ctypes.CDLL):
-        self._scores = library.decode_scores
-        self._scores.argtypes = [_PTR] * 4 + [_LONG] * 8 + [_FLOAT]
-        self._scores.restype = None
-        self._values = library.decode_values
-        self._values.argtypes = [_PTR] * 4 + [_LONG] * 8
-        self._values.restype = None
+        self._functions = {}  # K/V element type -> (scores, values)
+        for suffix in ("", "_bf16"):
+            scores = getattr(library, f"decode_scores{suffix}")
+            scores.argtypes = [_PTR] * 4 + [_LONG] * 8 + [_FLOAT]
+            scores.restype = None
+            values = getattr(library, f"decode_values{suffix}")
+            values.argtypes = [_PTR] * 4 + [_LONG] * 8
+            values.restype = None
+            self._functions[suffix or "_fp32"] = (scores, values)
         self._pool = None
         self._pool_size = 0
 
     @staticmethod
     def supports(q, key_buffer, value_buffer, mask) -> bool:
-        """Whether these tensors are what the loops read: fp32 CPU, contiguous buffers
-        ``(b, H_kv, C, D)``, a 2-D additive mask with unit column stride."""
+        """Whether these tensors are what the loops read: on CPU, fp32 ``q`` and a 2-D
+        additive fp32 mask with unit column stride, contiguous fp32 or bf16 buffers
+        ``(b, H_kv, C, D)``."""
         import torch
 
         tensors = (q, key_buffer, value_buffer, mask)
         return (
-            all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors)
+            all(t.device.type == "cpu" for t in tensors)
+            and q.dtype == mask.dtype == torch.float32
+            and key_buffer.dtype == value_buffer.dtype
+            and key_buffer.dtype in (torch.float32, torch.bfloat16)
             and key_buffer.is_contiguous()
             and value_buffer.is_contiguous()
             and key_buffer.shape == value_buffer.shape
@@ -240,8 +267,8 @@ class DecodeAttention:
         )
 
     def __call__(self, q, key_buffer, value_buffer, mask, length: int, scale: float):
-        """``q`` (b, H, D) fp32; ``key_buffer``/``value_buffer`` (b, H_kv, C, D) contiguous
-        with the first ``length`` positions filled; ``mask`` (b, >= length) additive
+        """``q`` (b, H, D) fp32; ``key_buffer``/``value_buffer`` (b, H_kv, C, D) contiguous,
+        fp32 or bf16, with the first ``length`` positions filled; ``mask`` (b, >= length) additive
         (0 or -inf). Returns the attention output (b, H * D), heads in query order."""
         import torch
 
@@ -252,9 +279,11 @@ class DecodeAttention:
         scores = torch.empty((b, heads, length), dtype=torch.float32)
         out = torch.empty((b, heads * dim), dtype=torch.float32)
         geometry = (kv_heads, groups, dim, cap, length)
+        bf16 = key_buffer.dtype == torch.bfloat16
+        scores_fn, values_fn = self._functions["_bf16" if bf16 else "_fp32"]
 
         def scores_rows(r0, r1):
-            self._scores(
+            scores_fn(
                 q.data_ptr(),
                 key_buffer.data_ptr(),
                 mask.data_ptr(),
@@ -267,7 +296,7 @@ class DecodeAttention:
             )
 
         def values_rows(r0, r1):
-            self._values(
+            values_fn(
                 probs.data_ptr(),
                 value_buffer.data_ptr(),
                 mask.data_ptr(),

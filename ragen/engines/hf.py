@@ -192,9 +192,10 @@ def _preallocated_layer_class():
         ``(B, H_kv, length, D)``; an update writes in place (no per-step copy).
         """
 
-        def __init__(self, capacity: int):
+        def __init__(self, capacity: int, kv_dtype=None):
             super().__init__()
             self.capacity = int(capacity)
+            self.kv_dtype = kv_dtype  # None: the dtype of the first K/V written
             self.length = 0
 
         def lazy_initialization(self, key_states, value_states) -> None:
@@ -205,10 +206,12 @@ def _preallocated_layer_class():
             """Zeroed buffers ``(batch, H, capacity, D)``; zeros, not garbage, because
             masked (padding) columns still enter attention as 0-weight terms, and
             0 * NaN would poison the row."""
-            self.dtype, self.device = like.dtype, like.device
-            self._key_buffer = like.new_zeros((batch, key_shape[0], self.capacity, key_shape[1]))
+            self.dtype, self.device = self.kv_dtype or like.dtype, like.device
+            self._key_buffer = like.new_zeros(
+                (batch, key_shape[0], self.capacity, key_shape[1]), dtype=self.dtype
+            )
             self._value_buffer = like.new_zeros(
-                (batch, value_shape[0], self.capacity, value_shape[1])
+                (batch, value_shape[0], self.capacity, value_shape[1]), dtype=self.dtype
             )
             self._set_views()
             self.is_initialized = True
@@ -227,6 +230,8 @@ def _preallocated_layer_class():
             self._value_buffer[:, :, self.length : end] = value_states
             self.length = end
             self._set_views()
+            if self.dtype != key_states.dtype:  # a narrower store (kv_dtype): compute in
+                return self.keys.to(key_states.dtype), self.values.to(value_states.dtype)
             return self.keys, self.values
 
         def get_seq_length(self) -> int:
@@ -244,7 +249,7 @@ def _preallocated_layer_class():
     return PreallocatedLayer
 
 
-def make_kv_cache(model, capacity: int):
+def make_kv_cache(model, capacity: int, kv_dtype=None):
     """A ``DynamicCache`` whose full-attention layers are preallocated to ``capacity``.
 
     Layers of other kinds (sliding window, linear attention) keep transformers' own
@@ -260,7 +265,8 @@ def make_kv_cache(model, capacity: int):
         return cache
     layer_class = _preallocated_layer_class()
     cache.layers = [
-        layer_class(capacity) if type(layer) is DynamicLayer else layer for layer in layers
+        layer_class(capacity, kv_dtype) if type(layer) is DynamicLayer else layer
+        for layer in layers
     ]
     return cache
 
@@ -505,7 +511,7 @@ class HFEngine:
         window = 4 * max((len(s) for s in stops), default=0) + 2
         eos = set(self.eos_token_ids)
 
-        cache = make_kv_cache(self.model, width + max_new)
+        cache = make_kv_cache(self.model, width + max_new, self.kv_dtype)
         layers = _preallocated_layers(cache) if self.prefix_cache else None
         start = self._preload_prefixes(layers, prompts, width) if layers else 0
         self._store = PrefixStore()  # its K/V are copied in; free them
@@ -566,6 +572,10 @@ class HFEngine:
             self._keep_rows(new_store, layers, range(len(rows)), rows, prompts, token_ids, width)
             self._store = new_store
         return self._finish(token_ids, logprobs, reasons)
+
+    #: dtype of the KV cache buffers (None: the model's); ``StaticHFEngine(bf16_kv=True)``
+    #: stores bf16 (opt-in, not exact)
+    kv_dtype = None
 
     #: skip the stop-string decode for rows whose new token cannot complete one (exact;
     #: see _may_complete_stop); False decodes every row's tail every step
