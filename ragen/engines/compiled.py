@@ -156,12 +156,16 @@ class StaticHFEngine(HFEngine):
     attention on CPU with fp32 buffers. Both exist to measure each part
     (``bench.bench_generate`` variants ``static-modules`` / ``static-nokernel``).
 
-    ``bf16_matmuls`` (default False; ``model.engine=static-bf16``): run the direct step's
-    Linear layers and LM head under bf16 autocast (2-4x faster matmuls with avx512_bf16;
-    the residual stream, norms, RoPE, K/V and attention stay fp32). NOT exact: the
-    logits move by bf16 rounding, so log-probs differ from eager by ~1e-2 and some
-    draws differ (docs/RESULTS.md, issue 17, "bf16 matmuls"); the trainer's fp32
-    recompute of the log-probs then differs from ``Generation.logprobs`` by as much.
+    ``bf16_matmuls`` / ``bf16_kv`` (default False; both: ``model.engine=static-bf16``):
+    run the direct step's Linear layers and LM head under bf16 autocast (2-4x faster
+    matmuls with avx512_bf16), and store the KV cache in bf16 (half the bytes the
+    attention streams; only where the C kernel reads it, which widens each element
+    exactly; the prefill widens a copy). The residual stream, norms, RoPE, softmax and
+    attention arithmetic stay fp32. NOT exact: log-probs differ from the trainer's fp32
+    recompute by ~1e-3 on average, ~5e-3 at most, and most rows draw other ids within a
+    few steps (docs/RESULTS.md, issue 17, "bf16, opt-in"). Requested where the direct
+    step (or the kernel) is unavailable, they log a warning and decode in the model's
+    dtype.
     """
 
     def __init__(

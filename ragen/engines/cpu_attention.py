@@ -17,6 +17,8 @@ kernel"). The loops here read each K row and each V row once, sequentially:
 
 with ``r`` a row, ``h`` a kv head, ``g`` one of the G = H / H_kv query heads sharing
 it (grouped-query attention: the G queries share one read of K and V), ``l`` < length.
+K/V buffers may be fp32 or bf16 (``StaticHFEngine(bf16_kv=True)``, opt-in): a bf16
+element is widened to fp32 exactly as it is read, all arithmetic is fp32.
 The softmax stays in torch (vectorized exp). Same formula as transformers' eager and
 SDPA attention; the dot products are summed in another order (the compiler vectorizes
 the reduction), so scores agree within float rounding, not bit for bit.

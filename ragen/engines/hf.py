@@ -190,6 +190,9 @@ def _preallocated_layer_class():
 
         ``keys``/``values`` are views ``buffer[:, :, :length]`` of shape
         ``(B, H_kv, length, D)``; an update writes in place (no per-step copy).
+        ``kv_dtype`` (None: that of the first K/V written) stores the buffers narrower,
+        e.g. bf16; an update then returns widened copies for transformers' attention
+        (prefill), while the C decode kernel reads the buffers as they are.
         """
 
         def __init__(self, capacity: int, kv_dtype=None):
