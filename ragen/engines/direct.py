@@ -153,8 +153,9 @@ class DirectDecodeStep:
             else:
                 from .compiled import gqa_decode_attention
 
-                keys = kv._key_buffer[:, :, : t + 1]
-                values = kv._value_buffer[:, :, : t + 1]
+                # (a narrower kv_dtype store is widened: the matmuls need one dtype)
+                keys = kv._key_buffer[:, :, : t + 1].to(q.dtype)
+                values = kv._value_buffer[:, :, : t + 1].to(q.dtype)
                 out, _ = gqa_decode_attention(
                     attn, q[:, :, None], keys, values, mask, scaling=attn.scaling
                 )
