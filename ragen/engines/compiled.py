@@ -19,11 +19,11 @@ has the figures):
   (~10 GB/s). :func:`gqa_decode_attention` computes the same softmax with two batched
   matmuls straight on the preallocated buffers (the query heads of a group share one
   read of their kv head): ~1.2 ms per layer (256 tiny GEMMs per call, K/V at ~14
-  GB/s). On CPU with fp32 buffers the direct step (next item) replaces it by
+  GB/s). On CPU with an fp32 model the direct step (next item) replaces it by
   :mod:`ragen.engines.cpu_attention`: two C loops that read each K and V row once,
   sequentially, and skip each row's left padding, at about the rate a plain
   streaming read gets (~0.9 ms per layer under load); the matmul version stays the
-  fallback (no C compiler, a GPU, bf16 buffers);
+  fallback (no C compiler, a GPU, a bf16 model);
 * the glue. For Qwen2 / Llama / Mistral models :class:`ragen.engines.direct.
   DirectDecodeStep` runs the step from the model's own submodules (embedding, rotary,
   norms, every Linear and the LM head are called as modules, so hooks on them and
@@ -153,7 +153,7 @@ class StaticHFEngine(HFEngine):
 
     ``direct`` (default True): the direct Llama-family step where the model allows it
     (never with ``compile``); ``attention_kernel`` (default True): its C decode
-    attention on CPU with fp32 buffers. Both exist to measure each part
+    attention on CPU for an fp32 model. Both exist to measure each part
     (``bench.bench_generate`` variants ``static-modules`` / ``static-nokernel``).
 
     ``bf16_matmuls`` / ``bf16_kv`` (default False; both: ``model.engine=static-bf16``):

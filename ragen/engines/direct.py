@@ -24,7 +24,7 @@ It is the same arithmetic as transformers' modules in the same order (RoPE's
 ``rotate_half(x) = cat(-x2, x1)`` equals ``roll(x, D/2) * sign`` exactly, the sign
 folded into ``sin`` once per step), so the logits equal the transformers step within
 float rounding (``tests/test_engines_static.py``). ``attention`` is the C kernel of
-:mod:`ragen.engines.cpu_attention` (CPU, fp32 buffers, ``kernel`` set), else
+:mod:`ragen.engines.cpu_attention` (CPU, fp32 queries, fp32 or bf16 buffers, ``kernel`` set), else
 :func:`ragen.engines.compiled.gqa_decode_attention`.
 
 Why: the glue hands the attention the raw preallocated buffers and the 2-D mask, which
