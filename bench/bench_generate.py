@@ -29,7 +29,11 @@ Methods:
 Generated tokens are counted up to and including EOS for every method.
 
 Decode step, engine against engine (``--engines``, default ``before,eager,static``; add
-``compiled`` for ``torch.compile``): ONE call of ``--batch`` prompts x ``--new`` tokens
+``compiled`` for ``torch.compile``, or the :data:`VARIANTS` ``static-modules`` (the
+static engine with transformers' forward and the matmul attention, the default before
+the direct step) and ``static-nokernel`` (the direct step without the C attention);
+``static-bf16`` is the opt-in engine with bf16 matmuls, NOT exact, so the id column
+shows how many rows it drew differently)): ONE call of ``--batch`` prompts x ``--new`` tokens
 without stop strings per engine, repeated and interleaved, best run. It prints the
 prefill and the per-step decode time (``GenerationStats.prefill_seconds`` /
 ``decode_steps``, in CPU seconds of the process), the ratio to ``before`` (``HFEngine`` as it was before
@@ -118,6 +122,29 @@ def before_engine(model, tokenizer):
     return BeforeEngine(model, tokenizer, prefix_cache=False)
 
 
+#: bench-only engine variants beside ``make_hf_engine``'s names: the static step as it
+#: was before the direct step (transformers' forward, batched-matmul attention), and the
+#: direct step without the C attention kernel
+VARIANTS = {
+    "static-modules": {"direct": False},
+    "static-nokernel": {"attention_kernel": False},
+    "static-bf16mm": {"bf16_matmuls": True},
+    "static-bf16kv": {"bf16_kv": True},
+}
+
+
+def bench_engine(model, tokenizer, name: str, **kwargs):
+    """The engine called ``name``: ``before``, a :data:`VARIANTS` key, or a
+    ``model.engine`` choice (eager, static, compiled)."""
+    from ragen.engines.compiled import StaticHFEngine, make_hf_engine
+
+    if name == "before":
+        return before_engine(model, tokenizer)
+    if name in VARIANTS:
+        return StaticHFEngine(model, tokenizer, **VARIANTS[name], **kwargs)
+    return make_hf_engine(model, tokenizer, name, **kwargs)
+
+
 def machine_peaks() -> tuple[float, float]:
     """(fp32 FLOP/s of one 1024^3 matmul, bytes/s of summing 256 MB) per CPU second of
     this process (its threads' peak; memory bandwidth is shared with other jobs)."""
@@ -175,14 +202,8 @@ def decode_table(model, tokenizer, prompts, new: int, repeats: int, names: list[
     import torch
 
     from ragen.engines.base import SamplingParams
-    from ragen.engines.compiled import make_hf_engine
 
-    engines = {
-        name: before_engine(model, tokenizer)
-        if name == "before"
-        else make_hf_engine(model, tokenizer, name, prefix_cache=False)
-        for name in names
-    }
+    engines = {name: bench_engine(model, tokenizer, name, prefix_cache=False) for name in names}
     params = SamplingParams(temperature=1.0, max_new_tokens=new, stop_strings=[], seed=0)
     # The engines' stats in CPU seconds of this process (steadier than wall time on a
     # shared machine; equal to it on an idle one with one thread).
@@ -217,7 +238,7 @@ def decode_table(model, tokenizer, prompts, new: int, repeats: int, names: list[
         f"GFLOP/s, {peak_bw / 1e9:.0f} GB/s -> roofline {roofline * 1e3:.2f} ms"
     )
     print(
-        f"{'engine':<9} {'warm-up s':>9} {'prefill s':>9} {'ms/step':>8} {'vs before':>9} "
+        f"{'engine':<15} {'warm-up s':>9} {'prefill s':>9} {'ms/step':>8} {'vs before':>9} "
         f"{'roofline':>8}  same ids as eager (max |dlogp| where equal)"
     )
     reference = outputs.get("eager")
@@ -230,7 +251,7 @@ def decode_table(model, tokenizer, prompts, new: int, repeats: int, names: list[
         elif reference is not None:
             same = compare_ids(reference, outputs[name])
         print(
-            f"{name:<9} {warm[name]:>9.2f} {prefill:>9.2f} {step * 1e3:>8.2f} "
+            f"{name:<15} {warm[name]:>9.2f} {prefill:>9.2f} {step * 1e3:>8.2f} "
             f"{base / step:>8.2f}x {100 * roofline / step:>7.0f}%  {same}"
         )
 
@@ -252,7 +273,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--engines",
         default="before,eager,static",
-        help="decode-step table: comma-separated of before,eager,static,compiled ('' = skip)",
+        help="decode-step table: comma-separated of before,eager,static,compiled,static-bf16 "
+        "and the "
+        "bench variants static-modules,static-nokernel ('' = skip)",
     )
     args = parser.parse_args(argv)
 
@@ -286,7 +309,7 @@ def main(argv: list[str] | None = None) -> None:
             if name == "HFEngine+DynamicCache":
                 from transformers import DynamicCache
 
-                hf.make_kv_cache = lambda m, capacity: DynamicCache(config=m.config)
+                hf.make_kv_cache = lambda m, *args: DynamicCache(config=m.config)
             try:
                 engine = engines.get(name, engines["HFEngine-noprefix"])
                 return [g.token_ids for g in engine.generate(prompts, params)]

@@ -24,7 +24,8 @@ steps, samples); ``engine share`` = time inside ``HFEngine.generate``; ``bare ge
 = the paired baseline calls. tokens/s = generated tokens / seconds; the ratio is
 loop tokens/s over bare tokens/s.
 
-Engines side by side (``--engines before,eager,static``, or ``compiled``): the same
+Engines side by side (``--engines before,eager,static``, or ``compiled``, or the
+``bench.bench_generate.VARIANTS`` ``static-modules`` / ``static-nokernel``): the same
 rollout (same seeds, so the same episodes when the engines sample the same ids) runs
 once per engine in this process, and a second table gives each engine's loop tokens/s,
 its decode ms per step and the ratio to the first engine. ``before`` is ``HFEngine``
@@ -58,7 +59,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--engines",
         default="static",
-        help="comma-separated of before,eager,static,compiled: one rollout each",
+        help="comma-separated of before,eager,static,compiled,static-bf16 (or a bench_generate "
+        "variant: static-modules, static-nokernel): one rollout each",
     )
     p.add_argument("--no-bare", action="store_true", help="skip the bare model.generate pairing")
     p.add_argument(
@@ -71,11 +73,10 @@ def main(argv: list[str] | None = None) -> None:
 
     import torch
 
-    from bench.bench_generate import before_engine
+    from bench.bench_generate import bench_engine
     from ragen.agent.env_manager import EnvStateManager
     from ragen.agent.policies import ModelPolicy
     from ragen.agent.rollout import RolloutConfig, run_rollout
-    from ragen.engines.compiled import make_hf_engine
     from ragen.models.tiny import build_model, build_tokenizer
 
     if args.threads:
@@ -84,10 +85,7 @@ def main(argv: list[str] | None = None) -> None:
     model = build_model(args.size, tok, seed=args.seed).to(args.device).eval()
     n_params = sum(p.numel() for p in model.parameters())
     names = args.engines.split(",")
-    engines = {
-        name: before_engine(model, tok) if name == "before" else make_hf_engine(model, tok, name)
-        for name in names
-    }
+    engines = {name: bench_engine(model, tok, name) for name in names}
     for engine in engines.values():
         engine.prefix_cache = True  # before_engine turns it off for the one-call bench
     hf = engines[names[0]]

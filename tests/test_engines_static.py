@@ -194,3 +194,150 @@ def test_stop_prefilter_is_exact(model, tok):
     for unfiltered in (["é"], ["done "]):  # non-ASCII or whitespace last character
         may_stop = HFEngine(model, tok)._may_complete_stop(unfiltered)
         assert may_stop(0) and may_stop(answer_open)
+
+
+# -- the direct decode step and the C decode-attention kernel ------------------------------
+
+
+def _kernel():
+    from ragen.engines.cpu_attention import decode_attention_kernel
+
+    kernel = decode_attention_kernel()
+    if kernel is None:
+        pytest.skip("no C compiler here: the kernel falls back to batched matmuls")
+    return kernel
+
+
+@pytest.mark.parametrize(
+    "heads,kv_heads,dim", [(4, 2, 32), (6, 2, 64), (3, 3, 24), (8, 1, 16)], ids=str
+)
+def test_cpu_decode_attention_equals_gqa(heads, kv_heads, dim, monkeypatch):
+    """The C loops against the batched matmuls: left padding (-inf), a live length
+    shorter than the buffer, grouped queries, a head size without a specialization,
+    and the rows split over two threads."""
+    kernel = _kernel()
+    gen = torch.Generator().manual_seed(0)
+    b, cap, length = 17, 40, 29
+    q = torch.randn(b, heads, dim, generator=gen)
+    keys, values = torch.randn(2, b, kv_heads, cap, dim, generator=gen)
+    mask = torch.zeros(b, cap)
+    mask[3, :5] = mask[10, :28] = float("-inf")  # left-padded rows
+
+    class Module(torch.nn.Module):
+        num_key_value_groups = heads // kv_heads
+
+    ref, _ = gqa_decode_attention(
+        Module(),
+        q[:, :, None],
+        keys[:, :, :length],
+        values[:, :, :length],
+        mask[:, None, None, :length],
+        scaling=0.2,
+    )
+    assert kernel.supports(q, keys, values, mask)
+    for threads in (1, 2):
+        monkeypatch.setattr(torch, "get_num_threads", lambda t=threads: t)
+        ours = kernel(q, keys, values, mask, length, 0.2)
+        assert ours.shape == (b, heads * dim)
+        assert torch.allclose(ours, ref.reshape(b, heads * dim), atol=1e-5)
+    # bf16 buffers: the loops widen each element exactly, so they equal fp32 math on the
+    # rounded values
+    keys16, values16 = keys.to(torch.bfloat16), values.to(torch.bfloat16)
+    ref16, _ = gqa_decode_attention(
+        Module(),
+        q[:, :, None],
+        keys16.float()[:, :, :length],
+        values16.float()[:, :, :length],
+        mask[:, None, None, :length],
+        scaling=0.2,
+    )
+    assert kernel.supports(q, keys16, values16, mask)
+    ours16 = kernel(q, keys16, values16, mask, length, 0.2)
+    assert torch.allclose(ours16, ref16.reshape(b, heads * dim), atol=1e-5)
+
+
+def test_cpu_decode_attention_build_failure_says_so_once(tmp_path, monkeypatch, caplog):
+    from ragen.engines import cpu_attention
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    cpu_attention.decode_attention_kernel.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger="ragen.engines.cpu_attention"):
+            assert cpu_attention.decode_attention_kernel() is None
+            assert cpu_attention.decode_attention_kernel() is None
+    finally:
+        cpu_attention.decode_attention_kernel.cache_clear()
+    warnings = [r for r in caplog.records if "batched matmuls" in r.getMessage()]
+    assert len(warnings) == 1 and "no-such-compiler" in warnings[0].getMessage()
+
+
+def test_static_engine_uses_the_direct_step(model, tok):
+    engine = StaticHFEngine(model, tok)
+    assert engine._direct is not None and engine._direct.usable()
+    assert StaticHFEngine(model, tok, direct=False)._direct is None
+    assert StaticHFEngine(model, tok, compile=True)._direct is None
+
+
+@pytest.mark.parametrize("variant", ["modules", "no-kernel", "layer-hook"])
+def test_direct_step_variants_match_eager(model, tok, variant):
+    """The direct step with and without the C kernel, and the fallback to transformers'
+    forward while a hook sits on a decoder layer: the same ids and log-probs."""
+    params = SamplingParams(temperature=0.9, top_k=100, max_new_tokens=16, seed=5)
+    kwargs = {"direct": False} if variant == "modules" else {}
+    if variant == "no-kernel":
+        kwargs["attention_kernel"] = False
+    engine = StaticHFEngine(model, tok, **kwargs)
+    handle = None
+    if variant == "layer-hook":
+        handle = model.model.layers[1].register_forward_hook(lambda mod, inp, out: None)
+        assert not engine._direct.usable()
+    try:
+        ours = engine.generate(_prompts(tok), params)
+    finally:
+        if handle is not None:
+            handle.remove()
+    _assert_same(HFEngine(model, tok).generate(_prompts(tok), params), ours)
+
+
+def test_direct_step_runs_lora_adapters(tok):
+    """PEFT LoRA layers are called as modules: the adapted model samples as eager does."""
+    from peft import LoraConfig, get_peft_model
+
+    base = build_model("nano", tok, seed=1)
+    config = LoraConfig(
+        r=4, target_modules=["q_proj", "v_proj", "up_proj"], init_lora_weights=False
+    )
+    peft_model = get_peft_model(base, config)
+    engine = StaticHFEngine(peft_model, tok)
+    assert engine._direct is not None
+    params = SamplingParams(temperature=1.0, max_new_tokens=12, stop_strings=[], seed=6)
+    ours = engine.generate(_prompts(tok), params)
+    _assert_same(HFEngine(peft_model, tok).generate(_prompts(tok), params), ours)
+    with peft_model.disable_adapter():
+        plain = engine.generate(_prompts(tok), params)
+        _assert_same(HFEngine(peft_model, tok).generate(_prompts(tok), params), plain)
+    assert [g.token_ids for g in plain] != [g.token_ids for g in ours]
+
+
+def test_bf16_opt_in_is_close_not_exact(model, tok):
+    """``model.engine=static-bf16``: the direct step's matmuls in bf16, K/V stored in
+    bf16. Its log-probs are those of slightly different logits: close to the trainer's
+    fp32 recompute of the same ids, not equal."""
+    engine = make_hf_engine(model, tok, "static-bf16")
+    assert engine.bf16_matmuls and not StaticHFEngine(model, tok).bf16_matmuls
+    assert engine.kv_dtype == torch.bfloat16 and StaticHFEngine(model, tok).kv_dtype is None
+    params = SamplingParams(temperature=1.0, max_new_tokens=16, stop_strings=[], seed=7)
+    gens = engine.generate(_prompts(tok), params)
+    worst = 0.0
+    for prompt, gen in zip(_prompts(tok), gens):
+        ids = torch.tensor([prompt + gen.token_ids])
+        with torch.no_grad():
+            expected = token_logprobs(model, ids)[0, len(prompt) :]
+        worst = max(worst, (torch.tensor(gen.logprobs) - expected).abs().max().item())
+    assert 1e-5 < worst < 5e-2
+    # prefix reuse across turns with bf16 K/V: the stored K/V are bf16 and reused
+    obs = tok.encode("\nTurn 2: state")
+    prompts = [p + g.token_ids + obs for p, g in zip(_prompts(tok), gens)]
+    again = engine.generate(prompts, params)
+    assert engine.stats.reused_prompt_tokens > 0 and all(g.token_ids for g in again)

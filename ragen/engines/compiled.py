@@ -1,5 +1,5 @@
-"""A faster decode step for :class:`~ragen.engines.hf.HFEngine`: static buffers, a GQA
-decode attention, and (optionally) a compiled step.
+"""A faster decode step for :class:`~ragen.engines.hf.HFEngine`: static buffers, a direct
+Llama-family step with a streaming C attention kernel, and (optionally) a compiled step.
 
     engine = StaticHFEngine(model, tokenizer)                  # model.engine=static
     engine = StaticHFEngine(model, tokenizer, compile=True)    # model.engine=compiled
@@ -7,18 +7,30 @@ decode attention, and (optionally) a compiled step.
 Same interface, same outputs as ``HFEngine`` (the same sampled ids for the same seed,
 log-probs equal within ~1e-6; ``tests/test_engines_static.py``; the kernels differ, so
 a draw whose uniform lands within float rounding of a CDF boundary can flip: 1 row of
-128 at step 60 of 64 in ``bench.bench_generate --size micro``): prefill,
-prefix reuse across turns, per-row finishing, stop strings and seeded sampling are
-the base class's code. Only the decode step differs. What it changes, from a
-``torch.profiler`` trace of the eager step of 128 rows of ``tiny:nano`` (one thread;
-docs/RESULTS.md, "Rollout and update speed", has the figures):
+128 at step 60 of 64 in ``bench.bench_generate --size micro`` with the transformers
+step, none with the direct one): prefill, prefix reuse across turns, per-row
+finishing, stop strings and seeded sampling are the base class's code. Only the
+decode step differs. What it changes, from ``torch.profiler`` traces of the step of
+128 rows of ``tiny:nano`` (one thread; docs/RESULTS.md, "Rollout and update speed",
+has the figures):
 
-* ``scaled_dot_product_attention`` with one query per row read the K/V views through
-  its long-query kernel, ~1.6 ms per layer for 16 MB of K/V (~10 GB/s).
-  :func:`gqa_decode_attention` computes the same softmax with two batched matmuls
-  straight on the preallocated buffers (the query heads of a group share one read of
-  their kv head): ~1.2 ms per layer, still well below this core's ~38 GB/s (256 tiny
-  GEMMs per call); a fused decode-attention kernel is what would reach it;
+* the decode attention. ``scaled_dot_product_attention`` with one query per row read
+  the K/V views through its long-query kernel, ~1.6 ms per layer for 16 MB of K/V
+  (~10 GB/s). :func:`gqa_decode_attention` computes the same softmax with two batched
+  matmuls straight on the preallocated buffers (the query heads of a group share one
+  read of their kv head): ~1.2 ms per layer (256 tiny GEMMs per call, K/V at ~14
+  GB/s). On CPU with an fp32 model the direct step (next item) replaces it by
+  :mod:`ragen.engines.cpu_attention`: two C loops that read each K and V row once,
+  sequentially, and skip each row's left padding, at about the rate a plain
+  streaming read gets (~0.9 ms per layer under load); the matmul version stays the
+  fallback (no C compiler, a GPU, a bf16 model);
+* the glue. For Qwen2 / Llama / Mistral models :class:`ragen.engines.direct.
+  DirectDecodeStep` runs the step from the model's own submodules (embedding, rotary,
+  norms, every Linear and the LM head are called as modules, so hooks on them and
+  PEFT adapters work) without transformers' per-module dispatch, mask utilities and
+  cache bookkeeping; other models, or a hook on a module whose forward it replaces,
+  keep transformers' forward with :func:`gqa_decode_attention` registered in its
+  ``AttentionInterface`` (``direct=False`` forces that path);
 * transformers rebuilt a 4-D mask from the 2-D 0/1 mask every step (and ``torch.cat``
   grew it by one column). Here an additive ``(b, capacity)`` mask is built ONCE per
   call (``-inf`` on left padding, 0 elsewhere) and each step passes its first
@@ -27,8 +39,9 @@ docs/RESULTS.md, "Rollout and update speed", has the figures):
   per step, became the inverse-CDF draw of ``sample_next_token`` (0.7 ms), and the
   stop-string tail decode runs only for rows whose new token can end a stop string.
 
-``compile=True`` wraps the step (the model forward; the draw stays outside, so a
-seeded generator is never traced) in ``torch.compile`` with inductor. K/V lengths
+``compile=True`` wraps the step (transformers' model forward: dynamo cannot trace the
+ctypes kernel, so the compiled engine does not use the direct step; the draw stays
+outside, so a seeded generator is never traced) in ``torch.compile`` with inductor. K/V lengths
 grow by one each step, so the length is a dynamic dimension and one graph serves a
 whole call; the batch is whatever the base loop's row dropping leaves. If compiling
 fails (no C++ compiler, an unsupported model), the engine says so once and runs the
@@ -50,6 +63,8 @@ import contextlib
 import logging
 import time
 
+from .cpu_attention import decode_attention_kernel
+from .direct import DirectDecodeStep
 from .hf import HFEngine, _preallocated_layers, make_kv_cache
 
 log = logging.getLogger(__name__)
@@ -135,6 +150,22 @@ class StaticHFEngine(HFEngine):
     graph capture without inductor's C++ build). ``compile_seconds`` is the time of the
     first compiled step (the compile, plus one step; a later recompile, e.g. for a batch
     of one row, is not counted).
+
+    ``direct`` (default True): the direct Llama-family step where the model allows it
+    (never with ``compile``); ``attention_kernel`` (default True): its C decode
+    attention on CPU for an fp32 model. Both exist to measure each part
+    (``bench.bench_generate`` variants ``static-modules`` / ``static-nokernel``).
+
+    ``bf16_matmuls`` / ``bf16_kv`` (default False; both: ``model.engine=static-bf16``):
+    run the direct step's Linear layers and LM head under bf16 autocast (2-4x faster
+    matmuls with avx512_bf16), and store the KV cache in bf16 (half the bytes the
+    attention streams; only where the C kernel reads it, which widens each element
+    exactly; the prefill widens a copy). The residual stream, norms, RoPE, softmax and
+    attention arithmetic stay fp32. NOT exact: log-probs differ from the trainer's fp32
+    recompute by ~1e-3 on average, ~5e-3 at most, and most rows draw other ids within a
+    few steps (docs/RESULTS.md, issue 17, "bf16, opt-in"). Requested where the direct
+    step (or the kernel) is unavailable, they log a warning and decode in the model's
+    dtype.
     """
 
     def __init__(
@@ -144,6 +175,10 @@ class StaticHFEngine(HFEngine):
         *args,
         compile: bool = False,
         compile_options: dict | None = None,
+        direct: bool = True,
+        attention_kernel: bool = True,
+        bf16_matmuls: bool = False,
+        bf16_kv: bool = False,
         **kwargs,
     ):
         super().__init__(model, tokenizer, *args, **kwargs)
@@ -153,6 +188,24 @@ class StaticHFEngine(HFEngine):
         self._attention = ATTENTION_NAME if dispatches and _register_attention() else None
         # a model with sliding-window / linear-attention layers keeps the base step
         self._static = _preallocated_layers(make_kv_cache(model, 1)) is not None
+        # the compiled step keeps transformers' forward (dynamo cannot trace the C kernel)
+        use_direct = direct and self._static and not compile
+        self._direct = DirectDecodeStep.build(model) if use_direct else None
+        if self._direct is not None and attention_kernel and self.device.type == "cpu":
+            self._direct.kernel = decode_attention_kernel()
+        # opt-in, NOT exact: the direct step's matmuls under bf16 autocast, K/V stored in
+        # bf16 (the latter only where the C kernel reads them); see the class doc
+        self.bf16_matmuls = bool(bf16_matmuls) and self._direct is not None
+        if bf16_kv and self._direct is not None and self._direct.kernel is not None:
+            import torch
+
+            self.kv_dtype = torch.bfloat16
+        if (bf16_matmuls and not self.bf16_matmuls) or (bf16_kv and self.kv_dtype is None):
+            log.warning(
+                "bf16 decoding needs the direct decode step%s, unavailable for this "
+                "model/device; decoding in the model's dtype",
+                " and the CPU attention kernel" if bf16_kv else "",
+            )
         self.compile = bool(compile)
         self.compile_options = dict(compile_options or {})
         self.compile_seconds = 0.0
@@ -187,6 +240,13 @@ class StaticHFEngine(HFEngine):
 
     # -- the step ---------------------------------------------------------------------------
     def _forward(self, cache, mask4d, ids, positions):
+        if self._direct is not None and self._direct.usable():
+            if not self.bf16_matmuls:
+                return self._direct(cache.layers, mask4d, ids, positions)
+            import torch
+
+            with torch.autocast(self.device.type, dtype=torch.bfloat16):
+                return self._direct(cache.layers, mask4d, ids, positions).float()
         with _attention_implementation(self._config, self._attention):
             out = self.model(
                 input_ids=ids.unsqueeze(-1),
@@ -237,20 +297,25 @@ class StaticHFEngine(HFEngine):
             return torch.float32
 
 
-#: ``model.engine`` choices: the eager loop, the static step (default), the compiled step
-ENGINE_CHOICES = ("eager", "static", "compiled")
+#: ``model.engine`` choices: the eager loop, the static step (default), the compiled step,
+#: the static step with bf16 matmuls (opt-in, not exact)
+ENGINE_CHOICES = ("eager", "static", "compiled", "static-bf16")
 
 
 def make_hf_engine(model, tokenizer, engine: str = "static", **kwargs) -> HFEngine:
     """The token engine named by ``engine`` (one of :data:`ENGINE_CHOICES`) over ``model``.
 
     All three sample the same ids for the same seed (up to float-rounding flips, see the
-    module doc); ``static`` is the default: 1.5x ``before`` per step on the dev CPU,
-    within 5-13% of ``compiled``, and nothing to compile (docs/RESULTS.md, "Rollout and
-    update speed"); ``compiled`` adds a one-off compile of seconds to minutes.
+    module doc); ``static`` is the default: 1.95x ``before`` per step on the dev CPU for
+    ``tiny:nano`` (1.64x for ``tiny:micro``), faster than ``compiled`` (which keeps
+    transformers' forward), and nothing to compile but the ~1 s C kernel, once per
+    machine (docs/RESULTS.md, "Rollout and update speed"); ``compiled`` adds a one-off
+    compile of seconds to minutes.
     """
     if engine == "eager":
         return HFEngine(model, tokenizer, **kwargs)
     if engine in ("static", "compiled"):
         return StaticHFEngine(model, tokenizer, compile=engine == "compiled", **kwargs)
+    if engine == "static-bf16":
+        return StaticHFEngine(model, tokenizer, bf16_matmuls=True, bf16_kv=True, **kwargs)
     raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINE_CHOICES)}")

@@ -132,7 +132,9 @@ def sample_next_token(
     import torch
 
     logits = logits.float()
-    logp = torch.log_softmax(logits / (temperature if temperature > 0 else 1.0), dim=-1)
+    if temperature > 0 and temperature != 1.0:  # x / 1 == x: skip a (b, V) pass
+        logits = logits / temperature
+    logp = torch.log_softmax(logits, dim=-1)
     if temperature == 0:
         ids = logp.argmax(dim=-1)
     else:
@@ -188,11 +190,15 @@ def _preallocated_layer_class():
 
         ``keys``/``values`` are views ``buffer[:, :, :length]`` of shape
         ``(B, H_kv, length, D)``; an update writes in place (no per-step copy).
+        ``kv_dtype`` (None: that of the first K/V written) stores the buffers narrower,
+        e.g. bf16; an update then returns widened copies for transformers' attention
+        (prefill), while the C decode kernel reads the buffers as they are.
         """
 
-        def __init__(self, capacity: int):
+        def __init__(self, capacity: int, kv_dtype=None):
             super().__init__()
             self.capacity = int(capacity)
+            self.kv_dtype = kv_dtype  # None: the dtype of the first K/V written
             self.length = 0
 
         def lazy_initialization(self, key_states, value_states) -> None:
@@ -203,10 +209,12 @@ def _preallocated_layer_class():
             """Zeroed buffers ``(batch, H, capacity, D)``; zeros, not garbage, because
             masked (padding) columns still enter attention as 0-weight terms, and
             0 * NaN would poison the row."""
-            self.dtype, self.device = like.dtype, like.device
-            self._key_buffer = like.new_zeros((batch, key_shape[0], self.capacity, key_shape[1]))
+            self.dtype, self.device = self.kv_dtype or like.dtype, like.device
+            self._key_buffer = like.new_zeros(
+                (batch, key_shape[0], self.capacity, key_shape[1]), dtype=self.dtype
+            )
             self._value_buffer = like.new_zeros(
-                (batch, value_shape[0], self.capacity, value_shape[1])
+                (batch, value_shape[0], self.capacity, value_shape[1]), dtype=self.dtype
             )
             self._set_views()
             self.is_initialized = True
@@ -225,6 +233,8 @@ def _preallocated_layer_class():
             self._value_buffer[:, :, self.length : end] = value_states
             self.length = end
             self._set_views()
+            if self.dtype != key_states.dtype:  # a narrower store (kv_dtype): compute in
+                return self.keys.to(key_states.dtype), self.values.to(value_states.dtype)
             return self.keys, self.values
 
         def get_seq_length(self) -> int:
@@ -242,7 +252,7 @@ def _preallocated_layer_class():
     return PreallocatedLayer
 
 
-def make_kv_cache(model, capacity: int):
+def make_kv_cache(model, capacity: int, kv_dtype=None):
     """A ``DynamicCache`` whose full-attention layers are preallocated to ``capacity``.
 
     Layers of other kinds (sliding window, linear attention) keep transformers' own
@@ -258,7 +268,8 @@ def make_kv_cache(model, capacity: int):
         return cache
     layer_class = _preallocated_layer_class()
     cache.layers = [
-        layer_class(capacity) if type(layer) is DynamicLayer else layer for layer in layers
+        layer_class(capacity, kv_dtype) if type(layer) is DynamicLayer else layer
+        for layer in layers
     ]
     return cache
 
@@ -503,7 +514,7 @@ class HFEngine:
         window = 4 * max((len(s) for s in stops), default=0) + 2
         eos = set(self.eos_token_ids)
 
-        cache = make_kv_cache(self.model, width + max_new)
+        cache = make_kv_cache(self.model, width + max_new, self.kv_dtype)
         layers = _preallocated_layers(cache) if self.prefix_cache else None
         start = self._preload_prefixes(layers, prompts, width) if layers else 0
         self._store = PrefixStore()  # its K/V are copied in; free them
@@ -564,6 +575,10 @@ class HFEngine:
             self._keep_rows(new_store, layers, range(len(rows)), rows, prompts, token_ids, width)
             self._store = new_store
         return self._finish(token_ids, logprobs, reasons)
+
+    #: dtype of the KV cache buffers (None: the model's); ``StaticHFEngine(bf16_kv=True)``
+    #: stores bf16 (opt-in, not exact)
+    kv_dtype = None
 
     #: skip the stop-string decode for rows whose new token cannot complete one (exact;
     #: see _may_complete_stop); False decodes every row's tail every step
