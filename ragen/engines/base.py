@@ -11,6 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+#: ``model.engine`` choices (``ragen.engines.compiled.make_hf_engine`` builds them): the
+#: eager loop, the static step (default), the compiled step, the static step with bf16
+#: matmuls and K/V (opt-in, not exact)
+ENGINE_CHOICES = ("eager", "static", "compiled", "static-bf16")
+
 
 @dataclass
 class SamplingParams:

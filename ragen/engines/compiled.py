@@ -63,6 +63,7 @@ import contextlib
 import logging
 import time
 
+from .base import ENGINE_CHOICES
 from .cpu_attention import decode_attention_kernel
 from .direct import DirectDecodeStep
 from .hf import HFEngine, _preallocated_layers, make_kv_cache
@@ -295,11 +296,6 @@ class StaticHFEngine(HFEngine):
             return next(self.model.parameters()).dtype
         except StopIteration:
             return torch.float32
-
-
-#: ``model.engine`` choices: the eager loop, the static step (default), the compiled step,
-#: the static step with bf16 matmuls (opt-in, not exact)
-ENGINE_CHOICES = ("eager", "static", "compiled", "static-bf16")
 
 
 def make_hf_engine(model, tokenizer, engine: str = "static", **kwargs) -> HFEngine:

@@ -94,6 +94,7 @@ class ModelConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     # generation engine (ragen.engines.compiled): eager | static (faster decode step, same
     # samples) | compiled (static + torch.compile, a one-off compile of seconds to minutes)
+    # | static-bf16 (static with bf16 matmuls and K/V: faster, NOT exact; docs/MODELS.md)
     engine: str = "static"
     actor_lr: float = 1e-6
     critic_lr: float = 1e-5
@@ -409,7 +410,9 @@ def _check_choices(cfg: TrainConfig) -> None:
     check_choice("algo.advantage_tokens", a.advantage_tokens, ADVANTAGE_TOKENS)
     check_choice("algo.reward_placement", a.reward_placement, REWARD_PLACEMENTS)
     check_choice("model.dtype", cfg.model.dtype, DTYPE_CHOICES)
-    check_choice("model.engine", cfg.model.engine, ("eager", "static", "compiled"))
+    from ragen.engines.base import ENGINE_CHOICES
+
+    check_choice("model.engine", cfg.model.engine, ENGINE_CHOICES)
     check_device_spec(cfg.model.device, key="model.device")
     check_choice("trainer.wandb_mode", cfg.trainer.wandb_mode, WANDB_MODES)
 
