@@ -120,7 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     for s in pool:
         w, r = (result[m]["pool rooms"][str(s)] for m in models)
         print(f"{s:>12} | {w:10.1%} | {r:8.1%}")
-    for key in ("pool mean", "validation mean", "validation sharpening ceiling"):
+    keys = ["pool mean", "validation mean"]
+    if args.val_episodes > 1:  # one episode per room says nothing about the spread
+        keys.append("validation sharpening ceiling")
+    for key in keys:
         print(f"{key:>12} | {result['warm start'][key]:10.1%} | {result['after RL'][key]:8.1%}")
     if args.val_episodes > 1:
         key = "validation rooms at 0 / between / 1"
