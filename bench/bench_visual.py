@@ -46,6 +46,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.bench_learning import _fmt
+
 ENVS = ("sokoban_visual", "frozen_lake_visual")
 LAST_CPU_SECONDS = 0.0  # of the last _ragen child (wall time is noisy on a shared machine)
 ALGOS = ("trico", "starpo-s")
@@ -258,15 +260,6 @@ def families(b: Budget, root: Path, env: str = "sokoban_visual") -> list[dict]:
         print(json.dumps(rows[-1]), flush=True)
     (folder / "families.json").write_text(json.dumps(rows, indent=2) + "\n")
     return rows
-
-
-def _fmt(values: list[float]) -> str:
-    if not values:
-        return "—"
-    mean = 100 * statistics.mean(values)
-    if len(values) == 1:
-        return f"{mean:.1f}%"
-    return f"{mean:.1f} ± {100 * statistics.stdev(values):.1f}%"
 
 
 def table(per: dict[str, dict[int, dict]]) -> str:

@@ -101,6 +101,41 @@ class GenerationStats:
         }
 
 
+def check_prompts(prompts: list[list[int]], vocab: int | None) -> None:
+    """Raise a clear ``ValueError`` for an empty prompt or ids outside ``[0, vocab)``."""
+    for i, p in enumerate(prompts):
+        if len(p) == 0:
+            raise ValueError(f"prompt {i} is empty; every prompt needs at least one token")
+        if vocab is not None and (min(p) < 0 or max(p) >= vocab):
+            raise ValueError(
+                f"prompt {i} has token ids outside [0, {vocab}); was it made by another tokenizer?"
+            )
+
+
+def timed_eval_call(model, stats: GenerationStats, prompts: list[list[int]], run):
+    """``run()`` (a generation loop returning :class:`Generation` s for ``prompts``) with
+    ``model`` in eval mode and gradients off, its previous mode restored after; the call
+    is counted in ``stats``. Shared by the text and VLM engines."""
+    import torch
+
+    start = time.perf_counter()
+    was_training = model.training
+    model.eval()
+    try:
+        # no_grad rather than inference_mode: tensors made here (e.g. rotary caches)
+        # must stay usable when the same model trains right after.
+        with torch.no_grad():
+            gens = run()
+    finally:
+        model.train(was_training)
+    stats.calls += 1
+    stats.sequences += len(prompts)
+    stats.prompt_tokens += sum(len(p) for p in prompts)
+    stats.generated_tokens += sum(len(g.token_ids) for g in gens)
+    stats.seconds += time.perf_counter() - start
+    return gens
+
+
 def check_sampling_params(params: SamplingParams) -> None:
     """Raise a one-line ``ValueError`` for out-of-range sampling parameters."""
     if params.temperature < 0 or math.isnan(params.temperature):
@@ -453,35 +488,13 @@ class HFEngine:
     # ------------------------------------------------------------------------------------
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         """Sample a continuation for every prompt in ONE batched loop; see the module doc."""
-        import torch
-
         check_sampling_params(params)
         if not prompts:
             return []
-        vocab = self.vocab_size
-        for i, p in enumerate(prompts):
-            if len(p) == 0:
-                raise ValueError(f"prompt {i} is empty; every prompt needs at least one token")
-            if vocab is not None and (min(p) < 0 or max(p) >= vocab):
-                raise ValueError(
-                    f"prompt {i} has token ids outside [0, {vocab}); was it made by another tokenizer?"
-                )
-        start = time.perf_counter()
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            # no_grad rather than inference_mode: tensors made here (e.g. rotary caches)
-            # must stay usable when the same model trains right after.
-            with torch.no_grad():
-                gens = self._generate(prompts, params)
-        finally:
-            self.model.train(was_training)
-        self.stats.calls += 1
-        self.stats.sequences += len(prompts)
-        self.stats.prompt_tokens += sum(len(p) for p in prompts)
-        self.stats.generated_tokens += sum(len(g.token_ids) for g in gens)
-        self.stats.seconds += time.perf_counter() - start
-        return gens
+        check_prompts(prompts, self.vocab_size)
+        return timed_eval_call(
+            self.model, self.stats, prompts, lambda: self._generate(prompts, params)
+        )
 
     def _generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         import torch

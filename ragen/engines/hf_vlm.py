@@ -25,12 +25,11 @@ and these tiny models run a handful of turns.
 
 from __future__ import annotations
 
-import time
-
 from .base import Generation, SamplingParams
 from .hf import (
     GenerationStats,
     accepts_logits_to_keep,
+    check_prompts,
     check_sampling_params,
     default_eos_ids,
     finished_generations,
@@ -38,6 +37,7 @@ from .hf import (
     model_device,
     new_token_budget,
     sample_next_token,
+    timed_eval_call,
 )
 
 
@@ -81,38 +81,19 @@ class HFVLMEngine:
         self, prompts: list[list[int]], params: SamplingParams, images: list[list] | None = None
     ) -> list[Generation]:
         """Sample a continuation for every prompt (with its pictures) in ONE batched loop."""
-        import torch
-
         check_sampling_params(params)
         if not prompts:
             return []
         images = images if images is not None else [[] for _ in prompts]
         if len(images) != len(prompts):
             raise ValueError(f"got {len(images)} image lists for {len(prompts)} prompts")
+        check_prompts(prompts, self.vocab_size)
         for i, (p, row_images) in enumerate(zip(prompts, images)):
-            if len(p) == 0:
-                raise ValueError(f"prompt {i} is empty; every prompt needs at least one token")
-            if min(p) < 0 or max(p) >= self.vocab_size:
-                raise ValueError(
-                    f"prompt {i} has token ids outside [0, {self.vocab_size}); "
-                    "was it made by another tokenizer?"
-                )
             if row_images and self.image_token_id not in p:
                 raise ValueError(f"prompt {i} has pictures but no image ids")
-        start = time.perf_counter()
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            with torch.no_grad():
-                gens = self._generate(prompts, images, params)
-        finally:
-            self.model.train(was_training)
-        self.stats.calls += 1
-        self.stats.sequences += len(prompts)
-        self.stats.prompt_tokens += sum(len(p) for p in prompts)
-        self.stats.generated_tokens += sum(len(g.token_ids) for g in gens)
-        self.stats.seconds += time.perf_counter() - start
-        return gens
+        return timed_eval_call(
+            self.model, self.stats, prompts, lambda: self._generate(prompts, images, params)
+        )
 
     def _generate(self, prompts, images, params: SamplingParams) -> list[Generation]:
         import torch

@@ -405,26 +405,34 @@ def build_tokenizer(chat_format: str = "chatml"):
     return tokenizer
 
 
-def build_model(size: str, tokenizer, seed: int = 0, chat_format: str = "chatml"):
-    """A randomly initialized ``Qwen2ForCausalLM`` sized by preset ``size``."""
-    import torch
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+def tiny_qwen2_config(size: str, tokenizer, eos_token_id: int, **extra):
+    """The ``Qwen2Config`` of preset ``size`` over ``tokenizer`` (the tiny LM, and the
+    text half of the tiny VLMs); ``extra`` adds config fields."""
+    from transformers import Qwen2Config
 
     if size not in PRESETS:
         raise ValueError(f"unknown tiny model size {size!r}; choose one of {', '.join(PRESETS)}")
-    fmt = _chat_format(chat_format)
-    eos_ids = [tokenizer.convert_tokens_to_ids(t) for t in (fmt.eos, *fmt.extra_eos)]
-    config = Qwen2Config(
+    return Qwen2Config(
         vocab_size=len(tokenizer),
         max_position_embeddings=MAX_POSITIONS,
         tie_word_embeddings=True,
         rms_norm_eps=1e-6,
         pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=eos_ids[0],
+        eos_token_id=eos_token_id,
         use_sliding_window=False,
+        **extra,
         **PRESETS[size],
     )
+
+
+def build_model(size: str, tokenizer, seed: int = 0, chat_format: str = "chatml"):
+    """A randomly initialized ``Qwen2ForCausalLM`` sized by preset ``size``."""
+    import torch
+    from transformers import GenerationConfig, Qwen2ForCausalLM
+
+    fmt = _chat_format(chat_format)
+    eos_ids = [tokenizer.convert_tokens_to_ids(t) for t in (fmt.eos, *fmt.extra_eos)]
+    config = tiny_qwen2_config(size, tokenizer, eos_ids[0], bos_token_id=tokenizer.bos_token_id)
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config)
     model.generation_config = GenerationConfig(

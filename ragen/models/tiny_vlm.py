@@ -297,25 +297,13 @@ def build_vlm(
         Idefics3ForConditionalGeneration,
         LlavaConfig,
         LlavaForConditionalGeneration,
-        Qwen2Config,
     )
 
-    from .tiny import MAX_POSITIONS
+    from .tiny import tiny_qwen2_config
 
-    if size not in PRESETS:
-        raise ValueError(f"unknown tiny model size {size!r}; choose one of {', '.join(PRESETS)}")
     tok = processor.tokenizer
     eos_ids = [tok.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")]
-    text_config = Qwen2Config(
-        vocab_size=len(tok),
-        max_position_embeddings=MAX_POSITIONS,
-        tie_word_embeddings=True,
-        rms_norm_eps=1e-6,
-        pad_token_id=tok.pad_token_id,
-        eos_token_id=eos_ids[0],
-        use_sliding_window=False,
-        **PRESETS[size],
-    )
+    text_config = tiny_qwen2_config(size, tok, eos_ids[0])
     torch.manual_seed(seed)
     if architecture in QWEN2_VL_FAMILY:
         model = _build_qwen2_vl(text_config, tok, size, patch_size, architecture)
