@@ -31,7 +31,9 @@ Generated tokens are counted up to and including EOS for every method.
 Decode step, engine against engine (``--engines``, default ``before,eager,static``; add
 ``compiled`` for ``torch.compile``, or the :data:`VARIANTS` ``static-modules`` (the
 static engine with transformers' forward and the matmul attention, the default before
-the direct step) and ``static-nokernel`` (the direct step without the C attention);
+the direct step), ``static-nokernel`` (the direct step without the C attention) and
+``static-hfprefill`` (the direct decode step with transformers' prefill, the default
+before the direct prefill), ``static-noshare`` (no shared-prefix prefill);
 ``static-bf16`` is the opt-in engine with bf16 matmuls, NOT exact, so the id column
 shows how many rows it drew differently)): ONE call of ``--batch`` prompts x ``--new`` tokens
 without stop strings per engine, repeated and interleaved, best run. It prints the
@@ -119,7 +121,7 @@ def before_engine(model, tokenizer):
                 ids = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
             return ids, logp.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
 
-    return BeforeEngine(model, tokenizer, prefix_cache=False)
+    return BeforeEngine(model, tokenizer, prefix_cache=False, share_prefix=False)
 
 
 #: bench-only engine variants beside ``make_hf_engine``'s names: the static step as it
@@ -130,6 +132,8 @@ VARIANTS = {
     "static-nokernel": {"attention_kernel": False},
     "static-bf16mm": {"bf16_matmuls": True},
     "static-bf16kv": {"bf16_kv": True},
+    "static-hfprefill": {"direct_prefill": False},
+    "static-noshare": {"share_prefix": False},
 }
 
 

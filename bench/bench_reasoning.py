@@ -6,6 +6,8 @@
     .venv/bin/python -m bench.bench_reasoning --budget toy --out runs/bench_reasoning_toy  # smoke run
     .venv/bin/python -m bench.bench_reasoning --size micro --out runs/bench_reasoning_micro \
         --env sokoban --format no_think --variant outcome --seeds 0 1   # a 2.5x larger model
+    .venv/bin/python -m bench.bench_reasoning --sft-episodes 8192 --out runs/bench_reasoning_sft4x \
+        --env sokoban --format no_think --variant outcome --seeds 0 1   # 4x the SFT steps
 
 For every (env, format, seed): the demo's pipeline (``ragen.demo``, budget ``full``
 unless told): a tiny model (one per seed, shared by the formats), an SFT warm start on
@@ -284,6 +286,14 @@ def main(argv: list[str] | None = None) -> int:
         help="tiny model size (nano, micro, small, base; default: the budget's nano); "
         "use a separate --out per size, the warm starts are kept per folder",
     )
+    p.add_argument(
+        "--sft-episodes",
+        type=int,
+        default=None,
+        help="expert episodes of the warm start (default: the budget's, 2,048 on the grids); "
+        "use a separate --out, the warm starts are kept per folder",
+    )
+    p.add_argument("--sft-epochs", type=int, default=None, help="SFT epochs (default: 3)")
     p.add_argument("--jobs", type=int, default=2, help="jobs side by side, one thread each")
     p.add_argument(
         "--redo",
@@ -298,6 +308,11 @@ def main(argv: list[str] | None = None) -> int:
     budget = dataclasses.replace(BUDGETS[args.budget], observation_format=args.observation_format)
     if args.size:
         budget = dataclasses.replace(budget, tiny_size=args.size)
+    if args.sft_episodes:
+        episodes = {env: args.sft_episodes for env in SUCCESS_REWARD}
+        budget = dataclasses.replace(budget, sft_episodes={**budget.sft_episodes, **episodes})
+    if args.sft_epochs:
+        budget = dataclasses.replace(budget, sft_epochs=args.sft_epochs)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results_path = out / "results.json"

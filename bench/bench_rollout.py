@@ -37,6 +37,11 @@ order, and keeps each engine's fastest rollout::
 
     .venv/bin/python -m bench.bench_rollout --size nano --max-new-tokens 48 --threads 2 \
         --engines before,static --no-bare --repeats 2
+
+The demo's own rollouts are another workload: short replies from a trained policy,
+compact prompts, one state per turn (so no history to reuse, but a shared system
+prompt): ``--model runs/demo/sokoban/sft --demo --env sokoban --groups 16
+--group-size 4`` (``--demo`` takes the demo's prompt shape and budgets for ``--env``).
 """
 
 from __future__ import annotations
@@ -64,6 +69,17 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("--no-bare", action="store_true", help="skip the bare model.generate pairing")
     p.add_argument(
+        "--model",
+        default=None,
+        help="a saved policy folder (e.g. a demo warm start) instead of the random tiny model",
+    )
+    p.add_argument(
+        "--demo",
+        action="store_true",
+        help="the demo's rollout shape for --env (compact prompts, one state per turn, its "
+        "turn and token budgets) instead of --turns / --max-new-tokens with full history",
+    )
+    p.add_argument(
         "--repeats",
         type=int,
         default=1,
@@ -81,8 +97,14 @@ def main(argv: list[str] | None = None) -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    tok = build_tokenizer("chatml")
-    model = build_model(args.size, tok, seed=args.seed).to(args.device).eval()
+    if args.model:
+        from ragen.models import load_policy
+
+        model, tok = load_policy(args.model)
+        model = model.to(args.device).eval()
+    else:
+        tok = build_tokenizer("chatml")
+        model = build_model(args.size, tok, seed=args.seed).to(args.device).eval()
     n_params = sum(p.numel() for p in model.parameters())
     names = args.engines.split(",")
     engines = {name: bench_engine(model, tok, name) for name in names}
@@ -144,6 +166,16 @@ def main(argv: list[str] | None = None) -> None:
     cfg = RolloutConfig(
         max_turns=args.turns, max_new_tokens=args.max_new_tokens, temperature=1.0, seed=args.seed
     )
+    env_config: dict = {}
+    if args.demo:
+        import dataclasses
+
+        from ragen.demo import BUDGETS, ENV_SHAPE
+
+        budget = BUDGETS["full"]
+        shape = ENV_SHAPE[args.env].rollout(budget, args.env)
+        cfg = dataclasses.replace(shape, temperature=1.0, seed=args.seed)
+        env_config = budget.env_config(args.env)
     bare_generate(2, 16, 4)
     results = {}
     schedule = [
@@ -165,7 +197,11 @@ def main(argv: list[str] | None = None) -> None:
         inner.clear_prefix_cache()
         inner.reset_stats()
         manager = EnvStateManager(
-            args.env, env_groups=args.groups, group_size=args.group_size, seed=args.seed
+            args.env,
+            env_groups=args.groups,
+            group_size=args.group_size,
+            seed=args.seed,
+            env_config=env_config,
         )
         tic = time.perf_counter()
         result = run_rollout(policy, manager, cfg, manager.seeds_for_step(0))
@@ -177,9 +213,10 @@ def main(argv: list[str] | None = None) -> None:
             results[name] = (engine, result, wall, warm_s, inner.stats.as_dict())
 
     print(
-        f"tiny-{args.size} ({n_params / 1e6:.2f}M params), {args.env}, device={args.device}, "
-        f"threads={torch.get_num_threads()}, {args.groups}x{args.group_size} sequences, "
-        f"<= {args.turns} turns, max_new_tokens={args.max_new_tokens}"
+        f"{args.model or 'tiny-' + args.size} ({n_params / 1e6:.2f}M params), {args.env}, "
+        f"device={args.device}, threads={torch.get_num_threads()}, "
+        f"{args.groups}x{args.group_size} sequences, <= {cfg.max_turns} turns, "
+        f"max_new_tokens={cfg.max_new_tokens}{', demo prompts' if args.demo else ''}"
     )
     engine, result, wall, _, _ = results[names[0]]
     bare_tokens = sum(c[2] for c in engine.calls)

@@ -277,3 +277,42 @@ def test_prefix_store_respects_disabled_peft_adapter(model, tok):
     with wrapped.disable_adapter():
         engine.generate(_next_turn(tok, prompts, first), params)
     assert engine.stats.reused_prompt_tokens == 0
+
+
+def test_common_prefix_length():
+    from ragen.engines.hf import common_prefix_length
+
+    assert common_prefix_length([[1, 2, 3, 4], [1, 2, 3, 5], [1, 2, 9]]) == 2
+    assert common_prefix_length([[1, 2, 3], [1, 2, 3]]) == 2  # the last id is computed
+    assert common_prefix_length([[1, 2, 3], [1, 2, 3, 4, 5]]) == 2
+    assert common_prefix_length([[7, 1], [8, 1]]) == 0
+    assert common_prefix_length([[5], [5]]) == 0
+
+
+def test_shared_prefix_is_computed_once_and_changes_nothing(model, tok):
+    """Prompts that start with the same system prompt: the shared prefix is computed for
+    one row and copied into every row; ids and log-probs are those computed per row."""
+    from ragen.engines.hf import MIN_SHARED_PREFIX
+
+    system = tok.encode("<|im_start|>system\nYou push boxes onto targets. " * 3)
+    assert len(system) >= MIN_SHARED_PREFIX
+    tails = ["Turn 1: #P_X#", "Turn 1: #_PX_O#", "go", "Turn 1, 5 actions left: ##"]
+    prompts = [system + tok.encode(t) for t in tails]
+    shared, alone = HFEngine(model, tok), HFEngine(model, tok, share_prefix=False)
+    params = SamplingParams(temperature=1.0, max_new_tokens=8, stop_strings=[], seed=8)
+    ours, theirs = shared.generate(prompts, params), alone.generate(prompts, params)
+    assert [g.token_ids for g in ours] == [g.token_ids for g in theirs]
+    block = max(len(p) for p in prompts) - len(system)  # the columns after the prefix
+    assert shared.stats.reused_prompt_tokens == sum(len(p) - block for p in prompts) > 0
+    assert alone.stats.reused_prompt_tokens == 0
+    for prompt, gen in zip(prompts, ours):
+        expected = _recomputed(model, prompt, gen, 1.0)
+        assert torch.allclose(torch.tensor(gen.logprobs), expected, atol=1e-4)
+    # the next turn extends the last call's sequences: their longer prefixes win
+    again = shared.generate(_next_turn(tok, prompts, ours), params)
+    reference = alone.generate(_next_turn(tok, prompts, ours), params)
+    assert [g.token_ids for g in again] == [g.token_ids for g in reference]
+    # a batch whose prompts share too little computes everything
+    fresh = HFEngine(model, tok)
+    fresh.generate([tok.encode("go left"), tok.encode("stay")], params)
+    assert fresh.stats.reused_prompt_tokens == 0

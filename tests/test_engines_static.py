@@ -279,6 +279,35 @@ def test_static_engine_uses_the_direct_step(model, tok):
     assert StaticHFEngine(model, tok, compile=True)._direct is None
 
 
+def test_direct_prefill_matches_transformers_prefill(model, tok, monkeypatch):
+    """The direct step's prefill (one additive mask per call, grouped-query SDPA) gives
+    the ids and log-probs of transformers' prefill, over turns that reuse prefixes and
+    rows whose block starts in left padding (a padding query must not turn into NaN)."""
+    from ragen.engines.direct import DirectDecodeStep
+
+    calls = []
+    real = DirectDecodeStep.prefill
+
+    def spy(self, layers, attention, ids, positions):
+        calls.append((layers[0].length, tuple(ids.shape)))
+        logits = real(self, layers, attention, ids, positions)
+        for kv in layers:  # padding columns hold finite K/V: later steps weight them 0
+            assert torch.isfinite(kv.keys).all() and torch.isfinite(kv.values).all()
+        return logits
+
+    monkeypatch.setattr(DirectDecodeStep, "prefill", spy)
+    params = SamplingParams(temperature=1.0, max_new_tokens=8, stop_strings=[], seed=9)
+    ours, theirs = StaticHFEngine(model, tok), StaticHFEngine(model, tok, direct_prefill=False)
+    prompts = _prompts(tok)
+    for turn in range(3):
+        a, b = theirs.generate(prompts, params), ours.generate(prompts, params)
+        _assert_same(a, b)
+        obs = tok.encode(f"\nTurn {turn + 2}: the state" + " x" * turn)
+        prompts = [p + g.token_ids + obs for p, g in zip(prompts, b)]
+    assert len(calls) == 3 and calls[0][0] == 0 and calls[1][0] > 0  # turn 2 reused K/V
+    assert ours.stats.reused_prompt_tokens == theirs.stats.reused_prompt_tokens > 0
+
+
 @pytest.mark.parametrize("variant", ["modules", "no-kernel", "layer-hook"])
 def test_direct_step_variants_match_eager(model, tok, variant):
     """The direct step with and without the C kernel, and the fallback to transformers'

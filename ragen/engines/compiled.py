@@ -8,9 +8,12 @@ Same interface, same outputs as ``HFEngine`` (the same sampled ids for the same 
 log-probs equal within ~1e-6; ``tests/test_engines_static.py``; the kernels differ, so
 a draw whose uniform lands within float rounding of a CDF boundary can flip: 1 row of
 128 at step 60 of 64 in ``bench.bench_generate --size micro`` with the transformers
-step, none with the direct one): prefill, prefix reuse across turns, per-row
-finishing, stop strings and seeded sampling are the base class's code. Only the
-decode step differs. What it changes, from ``torch.profiler`` traces of the step of
+step, none with the direct one): prefix reuse across turns, per-row finishing, stop
+strings and seeded sampling are the base class's code. The decode step differs, and
+where the direct step runs, the prefill's forward too
+(:meth:`ragen.engines.direct.DirectDecodeStep.prefill`: one additive mask per call,
+grouped-query SDPA without K/V copies; ``direct_prefill=False`` keeps transformers'
+forward for it). What the decode step changes, from ``torch.profiler`` traces of the step of
 128 rows of ``tiny:nano`` (one thread; docs/RESULTS.md, "Rollout and update speed",
 has the figures):
 
@@ -153,7 +156,8 @@ class StaticHFEngine(HFEngine):
     of one row, is not counted).
 
     ``direct`` (default True): the direct Llama-family step where the model allows it
-    (never with ``compile``); ``attention_kernel`` (default True): its C decode
+    (never with ``compile``), for the decode steps and (``direct_prefill``, default
+    True) the prefill; ``attention_kernel`` (default True): its C decode
     attention on CPU for an fp32 model. Both exist to measure each part
     (``bench.bench_generate`` variants ``static-modules`` / ``static-nokernel``).
 
@@ -180,6 +184,7 @@ class StaticHFEngine(HFEngine):
         attention_kernel: bool = True,
         bf16_matmuls: bool = False,
         bf16_kv: bool = False,
+        direct_prefill: bool = True,
         **kwargs,
     ):
         super().__init__(model, tokenizer, *args, **kwargs)
@@ -192,6 +197,7 @@ class StaticHFEngine(HFEngine):
         # the compiled step keeps transformers' forward (dynamo cannot trace the C kernel)
         use_direct = direct and self._static and not compile
         self._direct = DirectDecodeStep.build(model) if use_direct else None
+        self.direct_prefill = bool(direct_prefill)
         if self._direct is not None and attention_kernel and self.device.type == "cpu":
             self._direct.kernel = decode_attention_kernel()
         # opt-in, NOT exact: the direct step's matmuls under bf16 autocast, K/V stored in
@@ -226,6 +232,20 @@ class StaticHFEngine(HFEngine):
         mask = torch.zeros((attention.shape[0], capacity), dtype=dtype, device=attention.device)
         mask[:, : attention.shape[1]].masked_fill_(attention == 0, float("-inf"))
         return mask
+
+    def _prefill(self, cache, attention, ids, positions):
+        """The direct step's prefill (:meth:`DirectDecodeStep.prefill`) where the direct
+        step runs; transformers' forward otherwise. Always fp32 arithmetic (the opt-in
+        bf16 matmuls are the decode step's only)."""
+        layers = _preallocated_layers(cache)
+        if (
+            not self.direct_prefill
+            or layers is None
+            or self._direct is None
+            or not self._direct.usable()
+        ):
+            return super()._prefill(cache, attention, ids, positions)
+        return self._direct.prefill(layers, attention, ids, positions)
 
     def _decode_step(self, cache, attention, ids, positions):
         if not self._static:

@@ -1,7 +1,8 @@
 """A decode step written out for the Llama family, without transformers' per-module glue.
 
     step = DirectDecodeStep.build(model)     # None for a model it does not cover
-    logits = step(layers, mask, ids, positions)
+    logits = step(layers, mask, ids, positions)            # one decode step
+    logits = step.prefill(layers, attention, ids, positions)   # a call's prompt block
 
 One decode step of a Qwen2 / Llama / Mistral causal LM (``b`` rows, one new token each)
 computed from the model's own submodules: the embedding, the rotary module, the
@@ -110,6 +111,76 @@ class DirectDecodeStep:
         for layer in base.layers:
             glue += [layer, layer.self_attn, layer.mlp]
         return not (_global_hooks() or any(_has_hooks(m) for m in glue))
+
+    def prefill(self, layers, attention, ids, positions):
+        """The prompt block of a call: ``ids``, ``positions`` (b, S) fill columns
+        ``[t, t + S)`` of the cache's preallocated layers after the ``t`` columns already
+        there (reused prefixes, or none); ``attention`` (b, t + S) is the 0/1 mask of
+        every column (0 on left padding). Returns the logits of the last column (b, V).
+
+        Per layer, as transformers' forward computes it, with two differences that do not
+        change the arithmetic of a real row:
+
+        * the additive mask ``(b, 1, S, t + S)`` is built once per call: key column
+          ``j`` is visible to the query in column ``c`` iff ``attention[j]`` and
+          ``j <= c`` (causal, right-aligned after the reused prefix); a left-padding
+          query, which would see nothing (a NaN row), sees itself. Transformers passed a
+          boolean mask that SDPA turned into an additive one in every layer (``where``
+          passes: ~15% of a prefill);
+        * the attention reads the kv heads once (``enable_gqa``) instead of expanding
+          K/V to every query head (``repeat_kv``'s copies: another ~10%).
+
+        The K/V of the block are written in place, so the decode steps go on from there.
+        """
+        import torch
+        import torch.nn.functional as F
+
+        b, length = ids.shape
+        heads, kv_heads, dim = self.heads, self.kv_heads, self.head_dim
+        half = dim // 2
+        base = self.target.model
+        start, end = layers[0].length, attention.shape[1]
+        if end != start + length:
+            raise ValueError(f"prefill block of {length} columns after {start} != mask width {end}")
+        if end > layers[0].capacity:
+            raise RuntimeError(f"KV cache capacity {layers[0].capacity} exceeded ({end} positions)")
+        h = base.embed_tokens(ids)  # (b, S, E)
+        cos, sin = base.rotary_emb(h, positions)  # (b, S, D)
+        sin = torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)
+        cos, sin = cos[:, None], sin[:, None]  # (b, 1, S, D): broadcast over heads
+        columns = torch.arange(end, device=ids.device)
+        query_columns = columns[start:, None]  # (S, 1)
+        visible = attention.bool()[:, None, :] & (columns[None, :] <= query_columns)[None]
+        visible |= (columns[None, :] == query_columns)[None]  # a padding query sees itself
+        # additive, built once: SDPA would convert a boolean mask in every layer
+        mask = h.new_zeros(visible.shape).masked_fill_(~visible, float("-inf"))[:, None]
+        for layer, kv in zip(base.layers[: self.config.num_hidden_layers], layers):
+            attn, mlp = layer.self_attn, layer.mlp
+            x = layer.input_layernorm(h)
+            q = attn.q_proj(x).view(b, length, heads, dim).transpose(1, 2)  # (b, H, S, D)
+            k = attn.k_proj(x).view(b, length, kv_heads, dim).transpose(1, 2)
+            v = attn.v_proj(x).view(b, length, kv_heads, dim).transpose(1, 2)
+            q = q * cos + torch.roll(q, half, dims=-1) * sin
+            k = k * cos + torch.roll(k, half, dims=-1) * sin
+            if not kv.is_initialized:
+                kv.allocate(b, (kv_heads, dim), (kv_heads, dim), k)
+            kv._key_buffer[:, :, start:end] = k
+            kv._value_buffer[:, :, start:end] = v
+            kv.length = end
+            kv._set_views()
+            # (a narrower kv_dtype store is widened: SDPA needs one dtype)
+            out = F.scaled_dot_product_attention(
+                q,
+                kv.keys.to(q.dtype),
+                kv.values.to(q.dtype),
+                attn_mask=mask,
+                scale=attn.scaling,
+                enable_gqa=heads != kv_heads,
+            )
+            h = h + attn.o_proj(out.transpose(1, 2).reshape(b, length, heads * dim))
+            x = layer.post_attention_layernorm(h)
+            h = h + mlp.down_proj(mlp.act_fn(mlp.gate_proj(x)) * mlp.up_proj(x))
+        return self.target.lm_head(base.norm(h[:, -1]))
 
     def __call__(self, layers, mask, ids, positions):
         """``layers``: the cache's preallocated layers (K/V buffers ``(b, H_kv, C, D)``,

@@ -29,6 +29,13 @@ optimizer step, ``load_state_dict``) bumps its version counter and empties the s
 at the next call, as does switching PEFT adapters on/off. ``clear_prefix_cache()``
 frees it explicitly (e.g. before training on a GPU).
 
+Shared prefix within a call (with ``prefix_cache``): the prompts of one rollout turn
+start with the same system prompt and instructions (68% of a demo Sokoban prompt, 76
+of ~114 ids, and with ``rollout.context_window=0`` every turn is such a fresh prompt).
+When all prompts share at least :data:`MIN_SHARED_PREFIX` leading ids, that prefix is
+computed ONCE, for one row, and copied into every row like a reused prefix, so the
+batch computes only what follows it.
+
 Sampling (``sample_next_token``): ``logp = log_softmax(logits / T)`` (T = 0 -> greedy
 argmax, with T = 1 for the reported log-prob); top-k, then top-p (nucleus) truncation
 of that distribution; a draw from the renormalized remainder by inverse CDF with one
@@ -212,6 +219,23 @@ def inverse_cdf_sample(logp, uniform):
 
 #: drop finished rows from the batch once they are at least this fraction of it
 COMPACT_FRACTION = 1 / 8
+
+#: leading ids all prompts of a call must share before that prefix is computed once
+MIN_SHARED_PREFIX = 16
+
+
+def common_prefix_length(prompts: list[list[int]]) -> int:
+    """Length of the longest prefix shared by every prompt, capped at the shortest
+    prompt's length - 1 (every row must compute at least its last id's logits)."""
+    first, n = prompts[0], min(len(p) for p in prompts) - 1
+    for prompt in prompts[1:]:
+        i = 0
+        while i < n and prompt[i] == first[i]:
+            i += 1
+        n = i
+        if n == 0:
+            break
+    return max(n, 0)
 
 
 @functools.cache
@@ -443,7 +467,8 @@ class HFEngine:
 
     ``device`` defaults to the model's device. ``eos_token_ids`` overrides
     :func:`default_eos_ids`. ``prefix_cache`` keeps the last call's K/V for prompts
-    that extend it. ``stats`` accumulates generated tokens and seconds.
+    that extend it; ``share_prefix`` (with it) computes the prefix all prompts of a
+    call share once. ``stats`` accumulates generated tokens and seconds.
     """
 
     def __init__(
@@ -453,6 +478,7 @@ class HFEngine:
         device=None,
         eos_token_ids: list[int] | None = None,
         prefix_cache: bool = True,
+        share_prefix: bool = True,
     ):
         import torch
 
@@ -475,6 +501,7 @@ class HFEngine:
         self.stats = GenerationStats()
         self._keeps_last_logits_only = accepts_logits_to_keep(model)
         self.prefix_cache = prefix_cache
+        self.share_prefix = share_prefix
         self._store = PrefixStore()
         self._stop_filters: dict[tuple[str, ...], object] = {}
 
@@ -529,19 +556,14 @@ class HFEngine:
 
         cache = make_kv_cache(self.model, width + max_new, self.kv_dtype)
         layers = _preallocated_layers(cache) if self.prefix_cache else None
+        prefill_start = time.perf_counter()
+        if layers and self.share_prefix:
+            self._store_shared_prefix(prompts)
+        self.stats.prefill_seconds += time.perf_counter() - prefill_start
         start = self._preload_prefixes(layers, prompts, width) if layers else 0
         self._store = PrefixStore()  # its K/V are copied in; free them
-        extra = {"logits_to_keep": 1} if self._keeps_last_logits_only else {}
         prefill_start = time.perf_counter()
-        out = self.model(
-            input_ids=input_ids[:, start:],
-            attention_mask=attention,
-            position_ids=positions[:, start:],
-            past_key_values=cache,
-            use_cache=True,
-            **extra,
-        )
-        logits = out.logits[:, -1, :]
+        logits = self._prefill(cache, attention, input_ids[:, start:], positions[:, start:])
         self.stats.prefill_seconds += time.perf_counter() - prefill_start
         attention = self._decode_mask(attention, width + max_new)
         rows = list(range(batch))  # original index of each row still in the batch
@@ -588,6 +610,27 @@ class HFEngine:
             self._keep_rows(new_store, layers, range(len(rows)), rows, prompts, token_ids, width)
             self._store = new_store
         return self._finish(token_ids, logprobs, reasons)
+
+    def _store_shared_prefix(self, prompts) -> None:
+        """Add the K/V of the prompts' common prefix (one row's forward) to the store,
+        unless it is shorter than :data:`MIN_SHARED_PREFIX` or already stored."""
+        import torch
+
+        n = common_prefix_length(prompts) if len(prompts) > 1 else 0
+        shared = tuple(prompts[0][:n])
+        if n < MIN_SHARED_PREFIX or shared in self._store._by_length.get(n, {}):
+            return
+        cache = make_kv_cache(self.model, n, self.kv_dtype)
+        layers = _preallocated_layers(cache)
+        ids = torch.tensor([shared], dtype=torch.long, device=self.device)
+        self._prefill(cache, torch.ones_like(ids), ids, torch.arange(n, device=self.device)[None])
+        self._store.add(
+            _PrefixEntry(
+                ids=shared,
+                keys=[layer._key_buffer[0, :, :n].clone() for layer in layers],
+                values=[layer._value_buffer[0, :, :n].clone() for layer in layers],
+            )
+        )
 
     #: dtype of the KV cache buffers (None: the model's); ``StaticHFEngine(bf16_kv=True)``
     #: stores bf16 (opt-in, not exact)
@@ -638,6 +681,21 @@ class HFEngine:
 
     def _sample(self, logits, params: SamplingParams, generator):
         return sample_next_token(logits, params.temperature, params.top_p, params.top_k, generator)
+
+    def _prefill(self, cache, attention, ids, positions):
+        """Feed the prompt block ``ids`` (b, S) at ``positions`` (b, S) after the cache's
+        reused columns; ``attention`` (b, W) is the 0/1 mask of all W columns. Returns the
+        logits of the last column (b, V)."""
+        extra = {"logits_to_keep": 1} if self._keeps_last_logits_only else {}
+        out = self.model(
+            input_ids=ids,
+            attention_mask=attention,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            **extra,
+        )
+        return out.logits[:, -1, :]
 
     def _decode_step(self, cache, attention, ids, positions):
         """Feed ``ids`` (b,) at ``positions`` (b,); returns ``(attention, logits (b, V))``."""
