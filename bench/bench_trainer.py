@@ -24,6 +24,14 @@ prompts), then the bare loop over the same real tokens and optimizer steps, with
 ``SFTConfig.bf16`` (and the bare loop's autocast) per ``--bf16-cpu`` setting::
 
     .venv/bin/python -m bench.bench_trainer --size nano --sft-episodes 128 --bf16-cpu off,on --threads 1
+
+``--share-prefix off,on`` runs each measurement without and with the shared-prompt-
+prefix forward of ``ragen.models.logprobs`` (the prefix all rows of a micro-batch share
+runs once; off = ``MIN_SHARED_PREFIX`` set out of reach), and ``--demo`` takes the
+demo's rollout shape for ``--env`` (compact prompts, one state per turn, the demo's
+SFT noise) for the SFT data and the trainer::
+
+    .venv/bin/python -m bench.bench_trainer --size nano --sft-episodes 256 --demo --share-prefix off,on --threads 1
 """
 
 from __future__ import annotations
@@ -73,29 +81,58 @@ def main() -> None:
     p.add_argument("--size", default="micro", help="tiny preset (model=tiny:SIZE)")
     p.add_argument("--bf16-cpu", default="off", help="comma-separated of off,on")
     p.add_argument("--sft-episodes", type=int, default=0, help="> 0: measure the SFT step")
+    p.add_argument("--share-prefix", default="on", help="comma-separated of off,on")
+    p.add_argument("--demo", action="store_true", help="the demo's rollout shape for --env")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
+    from ragen.models import logprobs
+
+    default_min = logprobs.MIN_SHARED_PREFIX
     for setting in args.bf16_cpu.split(","):
-        (run_sft if args.sft_episodes else run)(args, setting == "on")
+        for share in args.share_prefix.split(","):
+            logprobs.MIN_SHARED_PREFIX = default_min if share == "on" else 10**9
+            print(f"\n== bf16 {setting}, shared prefix {share} ==")
+            (run_sft if args.sft_episodes else run)(args, setting == "on")
+    logprobs.MIN_SHARED_PREFIX = default_min
+
+
+def _rollout_config(args):
+    """The demo's rollout shape for ``--env`` (``--demo``), else 5 turns of ``--prompt-style``."""
+    from ragen.agent.rollout import RolloutConfig
+
+    if args.demo:
+        from ragen.demo import BUDGETS, ENV_SHAPE
+
+        return ENV_SHAPE[args.env].rollout(BUDGETS["full"], args.env)
+    return RolloutConfig(max_turns=5, max_new_tokens=48, prompt_style=args.prompt_style)
 
 
 def run_sft(args, bf16: bool) -> None:
     """One epoch of SFT against the bare loop over the same tokens (see the module doc)."""
-    from ragen.agent.rollout import RolloutConfig
     from ragen.models.precision import cpu_autocast
     from ragen.models.tiny import build_model, build_tokenizer
     from ragen.sft.trainer import SFTConfig, make_expert_data, train_sft
     from ragen.trainer.batching import collate
 
     tok = build_tokenizer("chatml")
-    rollout = RolloutConfig(max_turns=5, max_new_tokens=48, prompt_style=args.prompt_style)
+    demo = {}
+    if args.demo:
+        from ragen.demo import BUDGETS, ENV_SHAPE
+
+        budget = BUDGETS["full"]
+        demo = dict(
+            epsilon=budget.sft_epsilon[args.env],
+            actions_per_turn=ENV_SHAPE[args.env].actions_per_turn,
+            lr=budget.sft_lr,
+        )
     cfg = SFTConfig(
         env=args.env,
-        rollout=rollout,
+        rollout=_rollout_config(args),
         episodes=args.sft_episodes,
         epochs=1,
         batch_size=32,
         bf16=bf16,
+        **demo,
     )
     data = make_expert_data(tok, cfg)
     model = build_model(args.size, tok, seed=0)
@@ -116,6 +153,7 @@ def run_sft(args, bf16: bool) -> None:
 
 def run(args, bf16_cpu: bool) -> None:
 
+    from ragen.demo import BUDGETS, rollout_overrides
     from ragen.trainer.config import load_config
     from ragen.trainer.starpo import StarPOTrainer
 
@@ -129,8 +167,12 @@ def run(args, bf16_cpu: bool) -> None:
                 f"trainer.bf16_cpu={str(bf16_cpu).lower()}",
                 f"rollout.env_groups={args.groups}",
                 f"rollout.group_size={args.group_size}",
-                "rollout.max_turns=5",
-                f"rollout.prompt_style={args.prompt_style}",
+                *(rollout_overrides(args.env, BUDGETS["full"]) if args.demo else []),
+                *(
+                    []
+                    if args.demo
+                    else ["rollout.max_turns=5", f"rollout.prompt_style={args.prompt_style}"]
+                ),
                 f"trainer.total_steps={args.steps}",
                 "trainer.val_every=0",
                 "trainer.save_every=0",

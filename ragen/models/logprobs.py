@@ -15,6 +15,17 @@ backbone on the whole sequence and the head only on the hidden states that predi
 wanted token. That is exact for architectures whose logits are a plain
 ``lm_head(final_hidden)`` (the ``PLAIN_HEAD_MODEL_TYPES`` below); any other model goes
 through the full forward pass, with the same result.
+
+Shared prompt prefix: the rows of a batch often start with the same ids (the system
+prompt and instructions: 55-76 of a ~115-id grid prompt with the demo's one state per
+turn). When every row's first ``n >= MIN_SHARED_PREFIX`` ids are identical and real,
+and no wanted token is predicted inside them, the backbone runs those ``n`` columns
+ONCE (one row, with gradients), hands their K/V to the other rows as a cache and runs
+only the remaining columns for every row. Autograd sums each row's gradient through
+the shared K/V, so losses and gradients equal the full forward's within float
+rounding (``tests/test_logprobs.py``). Batches must be right-padded (the trainer's and
+SFT's are) for a shared prefix to be found; a model with gradient checkpointing on
+skips it (transformers turns the cache off there).
 """
 
 from __future__ import annotations
@@ -24,6 +35,65 @@ from __future__ import annotations
 PLAIN_HEAD_MODEL_TYPES = frozenset(
     {"qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "llama", "mistral", "mixtral", "phi3"}
 )
+
+
+#: leading ids all rows must share before the prefix is run once (shorter: not worth it)
+MIN_SHARED_PREFIX = 16
+
+
+def shared_prefix_length(input_ids, attention_mask, positions) -> int:
+    """Columns ``[0, n)`` that every row has real and identical, with no wanted token
+    predicted from them: ``n <= t - 1`` for the first column ``t`` of ``positions``
+    (its predictor, column ``t - 1``, must be computed per row). 0 for one row."""
+    if input_ids.shape[0] < 2:
+        return 0
+    same = (input_ids == input_ids[:1]).all(0) & attention_mask.bool().all(0)  # (T,)
+    n = int(same.long().cumprod(0).sum())
+    wanted = positions.bool().any(0).nonzero()
+    if len(wanted):
+        n = min(n, int(wanted[0]) - 1)
+    return max(0, min(n, input_ids.shape[1] - 1))
+
+
+def shared_prefix_columns(backbone, input_ids, attention_mask, positions) -> int:
+    """The prefix length to run once (0: none): :func:`shared_prefix_length` when it is
+    at least :data:`MIN_SHARED_PREFIX` and the backbone keeps a cache."""
+    if not _shares_prefix(backbone):
+        return 0
+    shared = shared_prefix_length(input_ids, attention_mask, positions)
+    return shared if shared >= MIN_SHARED_PREFIX else 0
+
+
+def backbone_hidden(backbone, input_ids, attention_mask, position_ids, shared: int):
+    """``last_hidden_state`` of columns ``[shared, T)`` (B, T - shared, H); the first
+    ``shared`` columns run once for row 0 and reach the other rows as a K/V cache."""
+    if shared == 0:
+        return backbone(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=False,
+        ).last_hidden_state
+    prefix = backbone(
+        input_ids=input_ids[:1, :shared],
+        attention_mask=attention_mask[:1, :shared],
+        position_ids=position_ids[:1, :shared],
+        use_cache=True,
+    )
+    cache = prefix.past_key_values
+    cache.batch_repeat_interleave(input_ids.shape[0])  # (1, ...) -> (B, ...), differentiable
+    return backbone(
+        input_ids=input_ids[:, shared:],
+        attention_mask=attention_mask,
+        position_ids=position_ids[:, shared:],
+        past_key_values=cache,
+        use_cache=True,
+    ).last_hidden_state
+
+
+def _shares_prefix(backbone) -> bool:
+    """False where transformers would drop the cache (gradient checkpointing in training)."""
+    return not (getattr(backbone, "gradient_checkpointing", False) and backbone.training)
 
 
 def position_ids_from_mask(attention_mask):
@@ -59,6 +129,7 @@ def sequence_logprobs(
     temperature: float = 1.0,
     positions=None,
     with_entropy: bool = False,
+    share_prefix: bool = True,
     **model_inputs,
 ):
     """Log-probs (and entropies) of ``input_ids`` given their prefixes.
@@ -72,7 +143,8 @@ def sequence_logprobs(
     ``model_inputs``: extra forward inputs, e.g. a VLM's ``pixel_values``
     (``ragen.models.vlm.pixel_inputs``); they take the full forward pass. A
     ``position_ids`` among them (M-RoPE's ``(3, B, T)``, ``ragen.models.vlm.positions_for``)
-    replaces the mask-derived ``(B, T)`` positions.
+    replaces the mask-derived ``(B, T)`` positions. ``share_prefix``: run a prefix all
+    rows share once (module doc; only with ``positions`` on a plain-head model).
     """
     import torch
 
@@ -103,14 +175,13 @@ def sequence_logprobs(
             entropy = entropy * keep if entropy is not None else None
     else:
         backbone, head = split
-        hidden = backbone(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            use_cache=False,
-        ).last_hidden_state[:, :-1]  # (B, T-1, H)
-        want = positions[:, 1:].bool()  # (B, T-1)
-        logits = head(hidden[want]).float() / scale  # (N, V), N = wanted tokens
+        shared = shared_prefix_columns(backbone, input_ids, attention_mask, positions)
+        shared = shared if share_prefix else 0
+        # columns [shared, T-1): column c predicts token c + 1
+        hidden = backbone_hidden(backbone, input_ids, attention_mask, position_ids, shared)
+        hidden = hidden[:, :-1]  # (B, T-1-shared, H)
+        want = positions[:, 1:].bool()  # (B, T-1); False in the shared columns
+        logits = head(hidden[want[:, shared:]]).float() / scale  # (N, V), N = wanted tokens
         zeros = torch.zeros(want.shape, dtype=torch.float32, device=input_ids.device)
         log_prob = zeros.masked_scatter(want, logprobs_from_logits(logits, targets[want]))
         entropy = zeros.masked_scatter(want, entropy_from_logits(logits)) if with_entropy else None

@@ -97,10 +97,39 @@ def token_log_probs(
     )
 
 
+def _critic_outputs(critic, input_ids, attention_mask, positions, model_inputs) -> torch.Tensor:
+    """The value head's output at every column (B, T) float32; with ``positions`` on a
+    backbone + ``score`` critic, the shared prompt prefix runs once (0 there)."""
+    from ragen.models.logprobs import (
+        MIN_SHARED_PREFIX,
+        backbone_hidden,
+        position_ids_from_mask,
+        shared_prefix_columns,
+    )
+
+    backbone, head = getattr(critic, "model", None), getattr(critic, "score", None)
+    shared = 0
+    if positions is not None and not model_inputs and backbone is not None and head is not None:
+        # values[:, t] reads column t - 1, as a log-prob does; ``final`` reads each row's
+        # last column, so the shortest row's last column stays outside the prefix
+        shared = shared_prefix_columns(backbone, input_ids, attention_mask, positions)
+        shared = min(shared, int(attention_mask.sum(-1).min()) - 1)
+        shared = shared if shared >= MIN_SHARED_PREFIX else 0
+    if shared == 0:
+        out = critic(input_ids=input_ids, attention_mask=attention_mask, **model_inputs)
+        return out.logits[..., 0].float()
+    positions_ids = position_ids_from_mask(attention_mask)
+    hidden = backbone_hidden(backbone, input_ids, attention_mask, positions_ids, shared)
+    out = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
+    out[:, shared:] = head(hidden)[..., 0].float()
+    return out
+
+
 def token_values(
     critic: torch.nn.Module,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
+    positions: torch.Tensor | None = None,
     **model_inputs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Critic values aligned to positions, and the value of each whole row.
@@ -108,10 +137,11 @@ def token_values(
     input_ids, attention_mask: (B, T), right-padded. Returns ``values`` (B, T) with
     ``values[:, t] = V(prefix before token t)``, and ``final`` (B,) = V(the whole row):
     the value of the state after the row's last token, which a truncated episode
-    bootstraps from.
+    bootstraps from. ``positions`` (B, T): where values are wanted (the advantage
+    mask); given, a prompt prefix all rows share runs once
+    (``ragen.models.logprobs``, "Shared prompt prefix") and ``values`` is 0 inside it.
     """
-    out = critic(input_ids=input_ids, attention_mask=attention_mask, **model_inputs)
-    out = out.logits[..., 0].float()
+    out = _critic_outputs(critic, input_ids, attention_mask, positions, model_inputs)
     values = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
     values[:, 1:] = out[:, :-1]
     last = attention_mask.sum(-1).long() - 1
@@ -738,7 +768,11 @@ class StarPOTrainer:
         for rows, mb in self._micro_batches(batch):
             with self.autocast:
                 v, f = token_values(
-                    self.critic, mb.input_ids, mb.attention_mask, **self.vision_inputs(mb)
+                    self.critic,
+                    mb.input_ids,
+                    mb.attention_mask,
+                    mb.advantage_mask,
+                    **self.vision_inputs(mb),
                 )
             values[rows, : mb.input_ids.shape[1]] = v
             final[rows] = f
@@ -918,7 +952,11 @@ class StarPOTrainer:
         for _, mb in micros:
             with self.autocast:
                 vpreds, _ = token_values(
-                    self.critic, mb.input_ids, mb.attention_mask, **self.vision_inputs(mb)
+                    self.critic,
+                    mb.input_ids,
+                    mb.attention_mask,
+                    mb.advantage_mask,
+                    **self.vision_inputs(mb),
                 )
             loss, v_metrics = algo.value_loss(
                 vpreds=vpreds,
