@@ -33,7 +33,8 @@ Decode step, engine against engine (``--engines``, default ``before,eager,static
 static engine with transformers' forward and the matmul attention, the default before
 the direct step), ``static-nokernel`` (the direct step without the C attention) and
 ``static-hfprefill`` (the direct decode step with transformers' prefill, the default
-before the direct prefill), ``static-noshare`` (no shared-prefix prefill);
+before the direct prefill), ``static-noshare`` (no shared-prefix prefill),
+``static-oldprefill`` (neither: the default decode step with the prefill it had before);
 ``static-bf16`` is the opt-in engine with bf16 matmuls, NOT exact, so the id column
 shows how many rows it drew differently)): ONE call of ``--batch`` prompts x ``--new`` tokens
 without stop strings per engine, repeated and interleaved, best run. It prints the
@@ -134,6 +135,7 @@ VARIANTS = {
     "static-bf16kv": {"bf16_kv": True},
     "static-hfprefill": {"direct_prefill": False},
     "static-noshare": {"share_prefix": False},
+    "static-oldprefill": {"direct_prefill": False, "share_prefix": False},
 }
 
 

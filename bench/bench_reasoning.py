@@ -294,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         "use a separate --out, the warm starts are kept per folder",
     )
     p.add_argument("--sft-epochs", type=int, default=None, help="SFT epochs (default: 3)")
+    p.add_argument("--sft-lr", type=float, default=None, help="SFT peak lr (default: 3e-3)")
     p.add_argument("--jobs", type=int, default=2, help="jobs side by side, one thread each")
     p.add_argument(
         "--redo",
@@ -313,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
         budget = dataclasses.replace(budget, sft_episodes={**budget.sft_episodes, **episodes})
     if args.sft_epochs:
         budget = dataclasses.replace(budget, sft_epochs=args.sft_epochs)
+    if args.sft_lr:
+        budget = dataclasses.replace(budget, sft_lr=args.sft_lr)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results_path = out / "results.json"
