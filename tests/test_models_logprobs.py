@@ -183,3 +183,18 @@ def test_critic_values_share_the_prefix_with_the_same_values_and_gradients(model
     torch.testing.assert_close(f, f_ref, atol=1e-5, rtol=1e-5)
     for a, b in zip(g, g_ref):  # (gradients here are O(1): rounding reaches ~2e-5)
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)
+
+
+def test_shared_prefix_is_skipped_where_dropout_is_active(model_and_batch):
+    import copy
+
+    from ragen.models.logprobs import _shares_prefix, split_head
+
+    local = copy.deepcopy(model_and_batch[0])
+    backbone = split_head(local)[0]
+    local.train()
+    assert _shares_prefix(backbone)  # the tiny model has no dropout
+    local.config.attention_dropout = 0.1
+    assert not _shares_prefix(backbone)
+    local.eval()
+    assert _shares_prefix(backbone)  # no dropout at evaluation

@@ -23,9 +23,10 @@ and no wanted token is predicted inside them, the backbone runs those ``n`` colu
 ONCE (one row, with gradients), hands their K/V to the other rows as a cache and runs
 only the remaining columns for every row. Autograd sums each row's gradient through
 the shared K/V, so losses and gradients equal the full forward's within float
-rounding (``tests/test_logprobs.py``). Batches must be right-padded (the trainer's and
-SFT's are) for a shared prefix to be found; a model with gradient checkpointing on
-skips it (transformers turns the cache off there).
+rounding (``tests/test_models_logprobs.py``). Batches must be right-padded (the trainer's
+and SFT's are) for a shared prefix to be found. Skipped: under gradient checkpointing
+(transformers turns the cache off there) and where dropout is active in training (one
+row's dropout draw would stand for all rows).
 """
 
 from __future__ import annotations
@@ -92,8 +93,18 @@ def backbone_hidden(backbone, input_ids, attention_mask, position_ids, shared: i
 
 
 def _shares_prefix(backbone) -> bool:
-    """False where transformers would drop the cache (gradient checkpointing in training)."""
-    return not (getattr(backbone, "gradient_checkpointing", False) and backbone.training)
+    """False in training where transformers would drop the cache (gradient
+    checkpointing) or where dropout is active (the rows would share one draw)."""
+    if not backbone.training:
+        return True
+    if getattr(backbone, "gradient_checkpointing", False):
+        return False
+    import torch
+
+    config = getattr(backbone, "config", None)
+    if float(getattr(config, "attention_dropout", 0.0) or 0.0) > 0:
+        return False
+    return not any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in backbone.modules())
 
 
 def position_ids_from_mask(attention_mask):

@@ -108,8 +108,11 @@ def _critic_outputs(critic, input_ids, attention_mask, positions, model_inputs) 
     )
 
     backbone, head = getattr(critic, "model", None), getattr(critic, "score", None)
+    drop = getattr(critic, "dropout", None)  # the head's dropout, which we would skip
+    head_drops = critic.training and isinstance(drop, torch.nn.Dropout) and drop.p > 0
     shared = 0
-    if positions is not None and not model_inputs and backbone is not None and head is not None:
+    plain = backbone is not None and head is not None and not head_drops
+    if positions is not None and not model_inputs and plain:
         # values[:, t] reads column t - 1, as a log-prob does; ``final`` reads each row's
         # last column, so the shortest row's last column stays outside the prefix
         shared = shared_prefix_columns(backbone, input_ids, attention_mask, positions)
@@ -118,8 +121,8 @@ def _critic_outputs(critic, input_ids, attention_mask, positions, model_inputs) 
     if shared == 0:
         out = critic(input_ids=input_ids, attention_mask=attention_mask, **model_inputs)
         return out.logits[..., 0].float()
-    positions_ids = position_ids_from_mask(attention_mask)
-    hidden = backbone_hidden(backbone, input_ids, attention_mask, positions_ids, shared)
+    position_ids = position_ids_from_mask(attention_mask)
+    hidden = backbone_hidden(backbone, input_ids, attention_mask, position_ids, shared)
     out = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
     out[:, shared:] = head(hidden)[..., 0].float()
     return out
