@@ -59,6 +59,20 @@ def _global_hooks() -> bool:
     return bool(torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks)
 
 
+def _rotary(x, cos, sin, half: int):
+    """RoPE as the module doc writes it: ``x * cos + roll(x, D/2) * (sign * sin)``."""
+    return x * cos + x.roll(half, dims=-1) * sin
+
+
+def _attention_out_and_mlp(layer, h, out):
+    """The rest of a decoder layer after its attention: ``h + o_proj(out)``, then the
+    residual SwiGLU MLP on its post-attention norm."""
+    attn, mlp = layer.self_attn, layer.mlp
+    h = h + attn.o_proj(out)
+    x = layer.post_attention_layernorm(h)
+    return h + mlp.down_proj(mlp.act_fn(mlp.gate_proj(x)) * mlp.up_proj(x))
+
+
 class DirectDecodeStep:
     """The decode step of the module doc over one model's submodules.
 
@@ -155,13 +169,12 @@ class DirectDecodeStep:
         # additive, built once: SDPA would convert a boolean mask in every layer
         mask = h.new_zeros(visible.shape).masked_fill_(~visible, float("-inf"))[:, None]
         for layer, kv in zip(base.layers[: self.config.num_hidden_layers], layers):
-            attn, mlp = layer.self_attn, layer.mlp
+            attn = layer.self_attn
             x = layer.input_layernorm(h)
             q = attn.q_proj(x).view(b, length, heads, dim).transpose(1, 2)  # (b, H, S, D)
             k = attn.k_proj(x).view(b, length, kv_heads, dim).transpose(1, 2)
             v = attn.v_proj(x).view(b, length, kv_heads, dim).transpose(1, 2)
-            q = q * cos + torch.roll(q, half, dims=-1) * sin
-            k = k * cos + torch.roll(k, half, dims=-1) * sin
+            q, k = _rotary(q, cos, sin, half), _rotary(k, cos, sin, half)
             if not kv.is_initialized:
                 kv.allocate(b, (kv_heads, dim), (kv_heads, dim), k)
             kv._key_buffer[:, :, start:end] = k
@@ -177,9 +190,8 @@ class DirectDecodeStep:
                 scale=attn.scaling,
                 enable_gqa=heads != kv_heads,
             )
-            h = h + attn.o_proj(out.transpose(1, 2).reshape(b, length, heads * dim))
-            x = layer.post_attention_layernorm(h)
-            h = h + mlp.down_proj(mlp.act_fn(mlp.gate_proj(x)) * mlp.up_proj(x))
+            out = out.transpose(1, 2).reshape(b, length, heads * dim)
+            h = _attention_out_and_mlp(layer, h, out)
         return self.target.lm_head(base.norm(h[:, -1]))
 
     def __call__(self, layers, mask, ids, positions):
@@ -207,13 +219,12 @@ class DirectDecodeStep:
         ):
             kernel = None
         for layer, kv in zip(base.layers[: self.config.num_hidden_layers], layers):
-            attn, mlp = layer.self_attn, layer.mlp
+            attn = layer.self_attn
             x = layer.input_layernorm(h)
             q = attn.q_proj(x).view(b, heads, dim)
             k = attn.k_proj(x).view(b, kv_heads, dim)
             v = attn.v_proj(x).view(b, kv_heads, dim)
-            q = q * cos + torch.roll(q, half, dims=-1) * sin
-            k = k * cos + torch.roll(k, half, dims=-1) * sin
+            q, k = _rotary(q, cos, sin, half), _rotary(k, cos, sin, half)
             kv._key_buffer[:, :, t] = k
             kv._value_buffer[:, :, t] = v
             kv.length = t + 1
@@ -231,9 +242,7 @@ class DirectDecodeStep:
                     attn, q[:, :, None], keys, values, mask, scaling=attn.scaling
                 )
                 out = out.reshape(b, heads * dim)
-            h = h + attn.o_proj(out)
-            x = layer.post_attention_layernorm(h)
-            h = h + mlp.down_proj(mlp.act_fn(mlp.gate_proj(x)) * mlp.up_proj(x))
+            h = _attention_out_and_mlp(layer, h, out)
         for kv in layers:
             kv._set_views()
         return self.target.lm_head(base.norm(h))

@@ -339,6 +339,15 @@ class _PrefixEntry:
     keys: list  # per layer: (H_kv, len(ids), D)
     values: list
 
+    @classmethod
+    def copied(cls, ids, layers, row: int, first: int, end: int) -> _PrefixEntry:
+        """Copies of columns ``[first, end)`` of batch row ``row`` of every layer's K/V."""
+        return cls(
+            ids=ids,
+            keys=[layer._key_buffer[row, :, first:end].clone() for layer in layers],
+            values=[layer._value_buffer[row, :, first:end].clone() for layer in layers],
+        )
+
 
 class PrefixStore:
     """K/V of the sequences one ``generate`` call produced, found by exact id prefix."""
@@ -355,6 +364,9 @@ class PrefixStore:
         n = len(entry.ids)
         self._by_length.setdefault(n, {})[entry.ids] = entry
         self._last_ids.setdefault(n, set()).add(entry.ids[-1])
+
+    def __contains__(self, ids: tuple[int, ...]) -> bool:
+        return ids in self._by_length.get(len(ids), {})
 
     def longest_prefix(self, prompt: tuple[int, ...]) -> _PrefixEntry | None:
         """The longest stored sequence that is a STRICT prefix of ``prompt`` (at least
@@ -618,19 +630,13 @@ class HFEngine:
 
         n = common_prefix_length(prompts) if len(prompts) > 1 else 0
         shared = tuple(prompts[0][:n])
-        if n < MIN_SHARED_PREFIX or shared in self._store._by_length.get(n, {}):
+        if n < MIN_SHARED_PREFIX or shared in self._store:
             return
         cache = make_kv_cache(self.model, n, self.kv_dtype)
         layers = _preallocated_layers(cache)
         ids = torch.tensor([shared], dtype=torch.long, device=self.device)
         self._prefill(cache, torch.ones_like(ids), ids, torch.arange(n, device=self.device)[None])
-        self._store.add(
-            _PrefixEntry(
-                ids=shared,
-                keys=[layer._key_buffer[0, :, :n].clone() for layer in layers],
-                values=[layer._value_buffer[0, :, :n].clone() for layer in layers],
-            )
-        )
+        self._store.add(_PrefixEntry.copied(shared, layers, 0, 0, n))
 
     #: dtype of the KV cache buffers (None: the model's); ``StaticHFEngine(bf16_kv=True)``
     #: stores bf16 (opt-in, not exact)
@@ -752,13 +758,8 @@ class HFEngine:
             if not generated:
                 continue
             first, end = width - len(prompts[row]), width + len(generated) - 1
-            store.add(
-                _PrefixEntry(
-                    ids=tuple(prompts[row]) + tuple(generated[:-1]),
-                    keys=[layer._key_buffer[b, :, first:end].clone() for layer in layers],
-                    values=[layer._value_buffer[b, :, first:end].clone() for layer in layers],
-                )
-            )
+            ids = tuple(prompts[row]) + tuple(generated[:-1])
+            store.add(_PrefixEntry.copied(ids, layers, b, first, end))
 
     def _finish(self, token_ids, logprobs, reasons) -> list[Generation]:
         return finished_generations(self.tokenizer, token_ids, logprobs, reasons)

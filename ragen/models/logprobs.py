@@ -56,12 +56,16 @@ def shared_prefix_length(input_ids, attention_mask, positions) -> int:
     return max(0, min(n, input_ids.shape[1] - 1))
 
 
-def shared_prefix_columns(backbone, input_ids, attention_mask, positions) -> int:
-    """The prefix length to run once (0: none): :func:`shared_prefix_length` when it is
-    at least :data:`MIN_SHARED_PREFIX` and the backbone keeps a cache."""
+def shared_prefix_columns(
+    backbone, input_ids, attention_mask, positions, limit: int | None = None
+) -> int:
+    """The prefix length to run once (0: none): :func:`shared_prefix_length`, at most
+    ``limit``, when that is at least :data:`MIN_SHARED_PREFIX` and the backbone keeps a
+    cache."""
     if not _shares_prefix(backbone):
         return 0
     shared = shared_prefix_length(input_ids, attention_mask, positions)
+    shared = shared if limit is None else min(shared, limit)
     return shared if shared >= MIN_SHARED_PREFIX else 0
 
 
@@ -186,8 +190,9 @@ def sequence_logprobs(
             entropy = entropy * keep if entropy is not None else None
     else:
         backbone, head = split
-        shared = shared_prefix_columns(backbone, input_ids, attention_mask, positions)
-        shared = shared if share_prefix else 0
+        shared = 0
+        if share_prefix:
+            shared = shared_prefix_columns(backbone, input_ids, attention_mask, positions)
         # columns [shared, T-1): column c predicts token c + 1
         hidden = backbone_hidden(backbone, input_ids, attention_mask, position_ids, shared)
         hidden = hidden[:, :-1]  # (B, T-1-shared, H)

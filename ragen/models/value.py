@@ -163,20 +163,44 @@ def _say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def critic_values(critic, input_ids, attention_mask=None):
+def critic_values(critic, input_ids, attention_mask=None, positions=None, **model_inputs):
     """``(B, T)`` float32 values, one per token: ``V[b, t]`` = value of the prefix ``<= t``.
 
     Position ids follow ``attention_mask`` so a left-padded row gets the same values
-    as the unpadded sequence. Differentiable (no ``no_grad`` inside).
+    as the unpadded sequence. Differentiable (no ``no_grad`` inside). ``positions``
+    ``(B, T)``: the tokens whose predecessor's value is wanted (the trainer's advantage
+    mask; each row's last column is always computed): given, a prompt prefix all rows
+    of a right-padded batch share runs once (``ragen.models.logprobs``, "Shared prompt
+    prefix") and the values inside it are 0. ``model_inputs``: a VLM's pixel inputs
+    (and M-RoPE ``position_ids``), passed to the critic as they are.
     """
     import torch
 
+    from .logprobs import backbone_hidden, shared_prefix_columns
+
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
-    out = critic(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids_from_mask(attention_mask),
-        use_cache=False,
-    )
-    return out.logits.squeeze(-1).float()
+    if model_inputs:
+        out = critic(input_ids=input_ids, attention_mask=attention_mask, **model_inputs)
+        return out.logits[..., 0].float()
+    position_ids = position_ids_from_mask(attention_mask)
+    backbone, head = getattr(critic, "model", None), getattr(critic, "score", None)
+    drop = getattr(critic, "dropout", None)  # the head's dropout, which the split would skip
+    head_drops = critic.training and isinstance(drop, torch.nn.Dropout) and drop.p > 0
+    shared = 0
+    if positions is not None and backbone is not None and head is not None and not head_drops:
+        # every row's last column stays outside the prefix (its value bootstraps)
+        last = int(attention_mask.sum(-1).min()) - 1
+        shared = shared_prefix_columns(backbone, input_ids, attention_mask, positions, last)
+    if shared == 0:
+        out = critic(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=False,
+        )
+        return out.logits.squeeze(-1).float()
+    hidden = backbone_hidden(backbone, input_ids, attention_mask, position_ids, shared)
+    values = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
+    values[:, shared:] = head(hidden)[..., 0].float()
+    return values

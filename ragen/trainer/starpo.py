@@ -42,6 +42,7 @@ from ragen.envs.base import derive_seed
 from ragen.errors import ConfigError
 from ragen.models.logprobs import sequence_logprobs
 from ragen.models.precision import cpu_autocast
+from ragen.models.value import critic_values
 from ragen.models.vlm import forward_inputs, is_processor, row_images, text_tokenizer
 
 from . import setup
@@ -97,37 +98,6 @@ def token_log_probs(
     )
 
 
-def _critic_outputs(critic, input_ids, attention_mask, positions, model_inputs) -> torch.Tensor:
-    """The value head's output at every column (B, T) float32; with ``positions`` on a
-    backbone + ``score`` critic, the shared prompt prefix runs once (0 there)."""
-    from ragen.models.logprobs import (
-        MIN_SHARED_PREFIX,
-        backbone_hidden,
-        position_ids_from_mask,
-        shared_prefix_columns,
-    )
-
-    backbone, head = getattr(critic, "model", None), getattr(critic, "score", None)
-    drop = getattr(critic, "dropout", None)  # the head's dropout, which we would skip
-    head_drops = critic.training and isinstance(drop, torch.nn.Dropout) and drop.p > 0
-    shared = 0
-    plain = backbone is not None and head is not None and not head_drops
-    if positions is not None and not model_inputs and plain:
-        # values[:, t] reads column t - 1, as a log-prob does; ``final`` reads each row's
-        # last column, so the shortest row's last column stays outside the prefix
-        shared = shared_prefix_columns(backbone, input_ids, attention_mask, positions)
-        shared = min(shared, int(attention_mask.sum(-1).min()) - 1)
-        shared = shared if shared >= MIN_SHARED_PREFIX else 0
-    if shared == 0:
-        out = critic(input_ids=input_ids, attention_mask=attention_mask, **model_inputs)
-        return out.logits[..., 0].float()
-    position_ids = position_ids_from_mask(attention_mask)
-    hidden = backbone_hidden(backbone, input_ids, attention_mask, position_ids, shared)
-    out = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
-    out[:, shared:] = head(hidden)[..., 0].float()
-    return out
-
-
 def token_values(
     critic: torch.nn.Module,
     input_ids: torch.Tensor,
@@ -142,9 +112,9 @@ def token_values(
     the value of the state after the row's last token, which a truncated episode
     bootstraps from. ``positions`` (B, T): where values are wanted (the advantage
     mask); given, a prompt prefix all rows share runs once
-    (``ragen.models.logprobs``, "Shared prompt prefix") and ``values`` is 0 inside it.
+    (``ragen.models.value.critic_values``) and ``values`` is 0 inside it.
     """
-    out = _critic_outputs(critic, input_ids, attention_mask, positions, model_inputs)
+    out = critic_values(critic, input_ids, attention_mask, positions, **model_inputs)
     values = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
     values[:, 1:] = out[:, :-1]
     last = attention_mask.sum(-1).long() - 1
