@@ -16,7 +16,7 @@ from ragen.agent.metrics import rollout_metrics
 from ragen.agent.policies import OraclePolicy, RandomPolicy
 from ragen.agent.rollout import RolloutConfig, run_rollout
 from ragen.envs import registry
-from ragen.envs.frozen_lake import discounted_success, transitions
+from ragen.envs.frozen_lake import discounted_success, oracle_policy, transitions
 from ragen.envs.sokoban.level_files import parse_levels
 from ragen.errors import ConfigError
 
@@ -48,21 +48,24 @@ def test_sokoban_deadlock_is_minus_two_and_detours_cost():
     assert env.progress_potential() == -2.0
 
 
-def test_frozen_lake_potential_is_the_discounted_success_of_the_solver():
+def test_frozen_lake_potential_is_the_optimal_discounted_success():
     env = registry.make("frozen_lake")
     env.reset(seed=1)
     values = discounted_success(env.desc, env.p)
     flat = "".join(env.desc)
     assert values[flat.index("G")] == 1.0
     assert all(values[i] == 0.0 for i, ch in enumerate(flat) if ch == "H")
-    # Bellman: V(s) = 0.9 * sum_s' P(s'|s, pi(s)) V(s') for every non-terminal cell
-    from ragen.envs.frozen_lake import solve_lake
-
-    policy, _ = solve_lake(env.desc, env.p)
+    # Bellman optimality: V(s) = max_a 0.9 * sum_s' P(s'|s, a) V(s') for every
+    # non-terminal cell, and the oracle's action attains the max
+    policy = oracle_policy(env.desc, env.p, 0.9)
     for s, ch in enumerate(flat):
         if ch not in "HG":
-            expect = 0.9 * sum(p * values[n] for p, n in transitions(env.desc, s, policy[s], env.p))
-            assert values[s] == pytest.approx(expect, abs=1e-9)
+            q = [
+                0.9 * sum(p * values[n] for p, n in transitions(env.desc, s, a, env.p))
+                for a in range(4)
+            ]
+            assert values[s] == pytest.approx(max(q), abs=1e-9)
+            assert q[policy[s]] == pytest.approx(max(q), abs=1e-9)
     assert env.progress_potential() == values[env._pos]
 
 
