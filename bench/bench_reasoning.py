@@ -295,6 +295,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--sft-epochs", type=int, default=None, help="SFT epochs (default: 3)")
     p.add_argument("--sft-lr", type=float, default=None, help="SFT peak lr (default: 3e-3)")
+    p.add_argument(
+        "--sft-epsilon",
+        type=float,
+        default=None,
+        help="share of the expert's moves replaced by random ones in the SFT data (default: "
+        "the budget's 0.1 on the grids); use a separate --out",
+    )
     p.add_argument("--jobs", type=int, default=2, help="jobs side by side, one thread each")
     p.add_argument(
         "--redo",
@@ -316,6 +323,9 @@ def main(argv: list[str] | None = None) -> int:
         budget = dataclasses.replace(budget, sft_epochs=args.sft_epochs)
     if args.sft_lr:
         budget = dataclasses.replace(budget, sft_lr=args.sft_lr)
+    if args.sft_epsilon is not None:
+        eps = {env: args.sft_epsilon for env in SUCCESS_REWARD}
+        budget = dataclasses.replace(budget, sft_epsilon={**budget.sft_epsilon, **eps})
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results_path = out / "results.json"
