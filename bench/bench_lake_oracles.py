@@ -31,31 +31,15 @@ from ragen.envs.frozen_lake import (
     generate_map,
     move,
     oracle_policy,
-    transitions,
+    transition_kernel,
 )
 
 P = 0.8
 
 
-def _kernel(desc: tuple[str, ...]) -> np.ndarray:
-    """``T[a, s, s']`` of the slippery moves; terminal rows are 0."""
-    flat = "".join(desc)
-    n = len(flat)
-    T = np.zeros((4, n, n))
-    for s in range(n):
-        if flat[s] not in "HG":
-            for a in range(4):
-                for prob, nxt in transitions(desc, s, a, P):
-                    T[a, s, nxt] += prob
-    return T
-
-
 def finite_horizon(desc: tuple[str, ...], horizon: int) -> list[np.ndarray]:
     """``policies[k]``: the move maximizing the chance of arriving within ``k + 1`` steps."""
-    T = _kernel(desc)
-    flat = "".join(desc)
-    goal = np.array([c == "G" for c in flat], dtype=float)
-    terminal = np.array([c in "HG" for c in flat])
+    T, terminal, goal = transition_kernel(desc, P)
     values, policies = goal.copy(), []
     for _ in range(horizon):
         q = T @ values

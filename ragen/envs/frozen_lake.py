@@ -149,6 +149,27 @@ def transitions(desc: Sequence[str], pos: int, action: int, p: float) -> list[tu
     return sorted((prob, nxt) for nxt, prob in out.items())
 
 
+def transition_kernel(desc: Sequence[str], p: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The map's dynamics as arrays, for the solvers.
+
+    Returns:
+        ``T`` ``(4, n, n)``: ``T[a, s, s']`` the chance that action ``a`` moves flat cell
+        ``s`` to ``s'`` (rows of terminal cells stay 0); ``terminal`` ``(n,)`` bool: hole
+        or goal; ``goal`` ``(n,)`` float: 1 at the goal.
+    """
+    flat = "".join(desc)
+    n = len(flat)
+    terminal = np.array([ch in "HG" for ch in flat])
+    goal = np.array([ch == "G" for ch in flat], dtype=float)
+    T = np.zeros((4, n, n))
+    for s in range(n):
+        if not terminal[s]:
+            for a in range(4):
+                for prob, nxt in transitions(desc, s, a, p):
+                    T[a, s, nxt] += prob
+    return T, terminal, goal
+
+
 @functools.lru_cache(maxsize=4096)
 def discounted_success(
     desc: tuple[str, ...], p: float, gamma: float = 0.9, oracle_gamma: float = 0.9
@@ -158,15 +179,9 @@ def discounted_success(
     ``V = gamma P_pi V`` with ``V(goal) = 1`` and ``V(hole) = 0`` (a linear solve; gamma < 1
     makes it regular). With ``oracle_gamma == gamma`` this is the optimal discounted value."""
     policy = oracle_policy(desc, p, oracle_gamma)
-    flat = "".join(desc)
-    n = len(flat)
-    P = np.zeros((n, n))
-    for s in range(n):
-        if flat[s] not in "HG":
-            for prob, nxt in transitions(desc, s, policy[s], p):
-                P[s, nxt] += prob
-    goal = np.array([ch == "G" for ch in flat], dtype=float)
-    inner = np.array([ch not in "HG" for ch in flat])
+    T, terminal, goal = transition_kernel(desc, p)
+    P = T[list(policy), np.arange(len(goal))]  # (n, n): the oracle's moves
+    inner = ~terminal
     values = goal.copy()
     A = np.eye(int(inner.sum())) - gamma * P[np.ix_(inner, inner)]
     values[inner] = np.linalg.solve(A, gamma * P[inner] @ goal)
@@ -192,16 +207,8 @@ def solve_lake(desc: tuple[str, ...], p: float) -> tuple[tuple[int, ...], tuple[
         ``(policy, values)``: per flat cell, the best action id and its success probability
         (terminal cells: action 0, value 1 at the goal and 0 in holes).
     """
-    n = len(desc) * len(desc[0])
-    flat = "".join(desc)
-    terminal = np.array([ch in "HG" for ch in flat])
-    goal = np.array([ch == "G" for ch in flat], dtype=float)
-    T = np.zeros((4, n, n))  # T[a, s, s'] for non-terminal s; terminal rows stay 0
-    for s in range(n):
-        if not terminal[s]:
-            for a in range(4):
-                for prob, nxt in transitions(desc, s, a, p):
-                    T[a, s, nxt] += prob
+    T, terminal, goal = transition_kernel(desc, p)
+    n = len(goal)
     states = np.arange(n)
 
     def evaluate(policy: np.ndarray, gamma: float) -> np.ndarray:
@@ -260,16 +267,7 @@ def solve_lake_discounted(desc: tuple[str, ...], p: float, gamma: float) -> tupl
     """
     if not 0.0 < gamma < 1.0:
         raise ValueError(f"gamma={gamma} must be in (0, 1); use solve_lake for gamma = 1")
-    n = len(desc) * len(desc[0])
-    flat = "".join(desc)
-    terminal = np.array([ch in "HG" for ch in flat])
-    goal = np.array([ch == "G" for ch in flat], dtype=float)
-    T = np.zeros((4, n, n))
-    for s in range(n):
-        if not terminal[s]:
-            for a in range(4):
-                for prob, nxt in transitions(desc, s, a, p):
-                    T[a, s, nxt] += prob
+    T, terminal, goal = transition_kernel(desc, p)
     values = goal.copy()
     for _ in range(10_000):
         new = np.where(terminal, goal, gamma * (T @ values).max(axis=0))
