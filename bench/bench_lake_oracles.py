@@ -1,6 +1,6 @@
 """Which FrozenLake expert suits a turn budget? Oracles compared on random slippery maps.
 
-    .venv/bin/python -m bench.bench_lake_oracles --maps 2000 --horizon 10
+    .venv/bin/python -m bench.bench_lake_oracles --maps 10000 --horizon 10
 
 On ``--maps`` random 4x4 maps (the env's generator, held-out map seeds from 10,000), each
 policy plays one episode per map and noise level at ``p = 0.8``, ``--horizon`` steps at
@@ -28,6 +28,8 @@ import numpy as np
 
 from ragen.envs.base import derive_seed
 from ragen.envs.frozen_lake import (
+    ACTION_NAMES,
+    FrozenLakeEnv,
     generate_map,
     move,
     oracle_policy,
@@ -72,19 +74,17 @@ def shortest_path(desc: tuple[str, ...]) -> list[int]:
     return policy
 
 
-def play(desc, act, rng: random.Random, horizon: int, epsilon: float) -> bool:
-    """One episode; ``act(pos, t)`` is the policy's move at step ``t``."""
-    flat = "".join(desc)
-    pos = flat.index("S")
-    side = (1 - P) / 2
-    for t in range(horizon):
-        a = rng.randrange(4) if epsilon and rng.random() < epsilon else act(pos, t)
-        u = rng.random()
-        direction = a if u < P else (a - 1) % 4 if u < P + side else (a + 1) % 4
-        pos = move(desc, pos, direction)
-        if flat[pos] in "HG":
-            return flat[pos] == "G"
-    return False
+def play(env: FrozenLakeEnv, act, rng: random.Random, epsilon: float) -> bool:
+    """One episode of ``env`` (its map loaded, ``max_steps`` the horizon; the env's own
+    slippery dynamics); ``act(cell, t)`` is the policy's move at flat ``cell``, step ``t``."""
+    env.reset(0, rng_seed=rng.randrange(2**31))
+    t = 0
+    while not env.done:
+        row, col = env.position
+        a = rng.randrange(4) if epsilon and rng.random() < epsilon else act(row * env.cols + col, t)
+        env.step(ACTION_NAMES[a])
+        t += 1
+    return env.success
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -108,9 +108,10 @@ def main(argv: list[str] | None = None) -> None:
             "shortest": lambda s, t, pi=short: pi[s],
             "random": lambda s, t: rng.randrange(4),
         }
+        env = FrozenLakeEnv(desc=desc, p=P, max_steps=args.horizon)
         for name, act in policies.items():
             for eps in (0.0, 0.1):
-                wins[f"{name} eps={eps}"].append(play(desc, act, rng, args.horizon, eps))
+                wins[f"{name} eps={eps}"].append(play(env, act, rng, eps))
         flat = "".join(desc)
         for s, ch in enumerate(flat):
             if ch not in "HG":
