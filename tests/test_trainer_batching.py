@@ -122,3 +122,32 @@ def test_training_batch_rows_cut_to_longest_and_micro_batches_cover_rows():
         assert mb.size == len(ids)
         assert mb.input_ids.shape[1] == max(lengths[i] for i in ids)
         assert mb.input_ids.shape[1] * mb.size <= 6 or mb.size == 1
+
+
+def test_discounted_reward_to_go_of_windowed_turns():
+    from ragen.agent.trajectory import TurnRecord
+
+    def turn(reward):
+        return TurnRecord("obs", "", "", [], [], reward, True, reward, False)
+
+    turns = [turn(0.5), turn(-0.25), turn(1.0)]  # one episode's turn rewards
+    samples = [_turn_sample(0, k, sum(t.reward for t in turns[k:])) for k in range(3)]
+    for t in samples:
+        t.turns = turns
+    # gamma 1: the plain reward-to-go; gamma 0: the turn's own reward
+    assert [t.discounted_reward_to_go(1.0) for t in samples] == [1.25, 0.75, 1.0]
+    assert [t.discounted_reward_to_go(0.0) for t in samples] == [0.5, -0.25, 1.0]
+    # gamma 0.5: r_k + 0.5 r_{k+1} + 0.25 r_{k+2}
+    assert samples[0].discounted_reward_to_go(0.5) == pytest.approx(0.5 - 0.125 + 0.25)
+    # a full-history sample keeps its episode reward whatever gamma is
+    full = _traj([1, 2], [0, 1], [1], [0.0], episode_reward=3.0)
+    assert full.discounted_reward_to_go(0.0) == 3.0
+
+
+def test_window_gamma_is_a_checked_discount():
+    from ragen.errors import ConfigError
+    from ragen.trainer.config import load_config
+
+    assert load_config(["env=sokoban"]).algo.window_gamma == 1.0
+    with pytest.raises(ConfigError, match="algo.window_gamma"):
+        load_config(["env=sokoban", "algo.window_gamma=1.5"])

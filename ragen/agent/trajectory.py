@@ -140,6 +140,20 @@ class Trajectory:
         k's reply cannot change rewards already paid in turns < k."""
         return self.episode_reward if self.reward_from_turn is None else self.reward_from_turn
 
+    def discounted_reward_to_go(self, gamma: float) -> float:
+        """:attr:`reward_to_go` with later turns discounted: for turn k of a windowed
+        episode ``sum_j gamma^(j-k) r_j`` over the episode's turns ``j >= k`` (``r_j`` each
+        turn's reward, ``turns[j].reward``). ``gamma = 1`` is :attr:`reward_to_go`; ``gamma
+        = 0`` credits the turn with its own reward only (with potential-based progress
+        shaping: the move's own ``Phi(s') - Phi(s)``). A full-history sample, or a sample
+        without turn records, keeps its undiscounted reward."""
+        if gamma == 1.0 or self.reward_from_turn is None or len(self.turns) <= self.turn_index:
+            return self.reward_to_go
+        total = 0.0
+        for turn in reversed(self.turns[self.turn_index :]):
+            total = float(turn.reward) + gamma * total
+        return total
+
     @property
     def num_response_tokens(self) -> int:
         return int(sum(self.response_mask))

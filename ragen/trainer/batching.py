@@ -245,6 +245,30 @@ def mask_certain_tokens(batch: TrainingBatch, min_entropy: float) -> dict[str, f
     return {"actor/pg_token_frac": kept}
 
 
+def floor_advantages(batch: TrainingBatch, floor: float) -> dict[str, float]:
+    """Raise the response tokens' advantages below ``floor`` to it (``algo.advantage_floor``).
+
+    ``batch.advantages`` (B, T) = ``max(A, floor)`` on the response tokens. With floor 0
+    the update only raises the probability of samples that did better than their
+    baseline and never pushes a sampled token down: the policy-gradient form of filtered
+    behaviour cloning (RAFT, ReST), with the group or critic baseline as the filter.
+    Why: when a reply names its move twice (the thought, then the answer copying it), a
+    negative advantage on the copied answer token teaches the answer to differ from the
+    thought, and the copy breaks before the decision improves (docs/RESULTS.md). The
+    expected gradient is no longer unbiased; it still moves probability from worse to
+    better moves, since raising a token lowers its alternatives.
+    Returns ``actor/floored_frac``, the share of response tokens raised.
+    """
+    if batch.advantages is None:
+        raise ValueError("floor_advantages needs advantages on the batch")
+    mask = batch.response_mask > 0
+    below = (batch.advantages < floor) & mask
+    batch.advantages = torch.where(
+        below, torch.full_like(batch.advantages, floor), batch.advantages
+    )
+    return {"actor/floored_frac": float(below.sum()) / max(float(mask.sum()), 1.0)}
+
+
 def token_budget_micro_batches(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
     """Pack sample indices into micro-batches whose PADDED size stays within a budget.
 

@@ -22,6 +22,7 @@ naming the full key, the problem and the fix, before anything expensive happens.
 from __future__ import annotations
 
 import difflib
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -147,6 +148,10 @@ class AlgoConfig:
     lam_turn: float = 1.0
     gamma_token: float = 1.0
     lam_token: float = 1.0
+    # windowed samples (rollout.context_window set): the discount of later turns' rewards
+    # in a turn's reward-to-go, its score. 1 = the undiscounted rest of the episode; 0 =
+    # the turn's own reward only (with rollout.progress_reward: the move's own progress)
+    window_gamma: float = 1.0
     filter: FilterConfig = field(default_factory=FilterConfig)
     kl_coef: float = 0.001
     kl_type: str = "low_var_kl"  # k1 | abs | k2 | low_var_kl
@@ -179,6 +184,12 @@ class AlgoConfig:
     # 0 = every token. Near-certain template tokens then take no push from the
     # advantages (cf. Wang et al. 2025, "Beyond the 80/20 rule"; docs/ALGORITHMS.md)
     pg_min_entropy: float = 0.0
+    # advantages below this floor are raised to it before the update; 0 keeps only the
+    # better-than-baseline samples' push (their tokens go up, nothing is pushed down, as
+    # in filtered behaviour cloning / RAFT). null = off. Why: in a reply that names its
+    # move twice (the thought, then the answer copying it), negative advantages on the
+    # copied answer token teach the answer to differ from the thought (docs/ALGORITHMS.md)
+    advantage_floor: float | None = None
 
 
 @dataclass
@@ -521,7 +532,15 @@ def _check_ranges(cfg: TrainConfig) -> None:
     for key, value in (("model.actor_lr", m.actor_lr), ("model.critic_lr", m.critic_lr)):
         if value <= 0:
             _fail(key, f"learning rate must be > 0, got {value}", "e.g. 1e-6 for a 0.5B model")
-    for key in ("gamma", "lam", "gamma_turn", "lam_turn", "gamma_token", "lam_token"):
+    for key in (
+        "gamma",
+        "lam",
+        "gamma_turn",
+        "lam_turn",
+        "gamma_token",
+        "lam_token",
+        "window_gamma",
+    ):
         value = getattr(a, key)
         if not 0 <= value <= 1:
             _fail(f"algo.{key}", f"must be in [0, 1], got {value}", "1.0 is no discounting")
@@ -530,6 +549,12 @@ def _check_ranges(cfg: TrainConfig) -> None:
             "algo.pg_min_entropy",
             f"must be a finite number >= 0 (nats), got {a.pg_min_entropy}",
             "0 trains every token; e.g. 0.1 leaves near-certain template tokens out",
+        )
+    if a.advantage_floor is not None and not math.isfinite(a.advantage_floor):
+        _fail(
+            "algo.advantage_floor",
+            f"must be null or a finite number, got {a.advantage_floor}",
+            "null leaves advantages as they are; 0 drops the negative ones",
         )
     for key in ("kl_coef", "entropy_coef", "clip_ratio_low", "clip_ratio_high", "value_clip"):
         value = getattr(a, key)

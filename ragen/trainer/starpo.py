@@ -51,6 +51,7 @@ from .batching import (
     baseline_groups,
     collate,
     filter_sample_values,
+    floor_advantages,
     mask_certain_tokens,
     micro_batches,
     padding_fraction,
@@ -570,6 +571,8 @@ class StarPOTrainer:
         if self.critic is not None:
             self.compute_values(batch)
         self.compute_advantages(batch, metrics)
+        if a.advantage_floor is not None:
+            metrics.update(floor_advantages(batch, a.advantage_floor))
         if a.pg_min_entropy > 0:
             metrics.update(mask_certain_tokens(batch, a.pg_min_entropy))
         timing["timing/advantage"] = time.perf_counter() - tic
@@ -643,12 +646,15 @@ class StarPOTrainer:
         """Pad, normalize scores, place rewards; everything on ``self.device``.
 
         A sample's score is its reward-to-go (the episode reward for a full-history
-        sample; from its own turn on for a windowed one), and its baseline group is
-        :func:`baseline_groups`.
+        sample; from its own turn on for a windowed one, later turns discounted by
+        ``algo.window_gamma``), and its baseline group is :func:`baseline_groups`.
         """
         a = self.cfg.algo
         batch = collate(trajectories, self.pad_id)
-        scores = torch.tensor([tr.reward_to_go for tr in trajectories], dtype=torch.float32)
+        scores = torch.tensor(
+            [tr.discounted_reward_to_go(a.window_gamma) for tr in trajectories],
+            dtype=torch.float32,
+        )
         batch.index = baseline_groups(trajectories, a.turn_baseline)
         if a.reward_placement == "trajectory":
             scores = algo.normalize_scores(
