@@ -259,3 +259,25 @@ def short_train_args(
         f"trainer.run_dir={run_dir}",
         *extra,
     ]
+
+
+def advantage_batch(response_mask: list[list[float]], advantages: list[list[float]]) -> Any:
+    """A :class:`~ragen.trainer.batching.TrainingBatch` of zeros with the given response
+    mask and advantages, (B, T) each, for tests of what the trainer does to advantages
+    before the update (``floor_advantages``, ``mask_certain_tokens``)."""
+    import torch
+
+    from ragen.trainer.batching import TrainingBatch
+
+    response = torch.tensor(response_mask, dtype=torch.float32)
+    rows, length = response.shape
+    batch = TrainingBatch(
+        input_ids=torch.zeros(rows, length, dtype=torch.long),
+        attention_mask=torch.ones(rows, length),
+        response_mask=response,
+        turn_end_mask=torch.zeros(rows, length),
+        gen_log_prob=torch.zeros(rows, length),
+        lengths=torch.full((rows,), length),
+    )
+    batch.advantages = torch.tensor(advantages, dtype=torch.float32)
+    return batch

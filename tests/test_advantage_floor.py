@@ -11,7 +11,7 @@ import json
 
 import pytest
 import torch
-from fakes import short_train_args
+from fakes import advantage_batch, short_train_args
 
 from ragen.errors import ConfigError
 from ragen.trainer.batching import TrainingBatch, floor_advantages
@@ -19,18 +19,11 @@ from ragen.trainer.config import load_config
 
 
 def _batch() -> TrainingBatch:
-    response = torch.tensor([[0, 1, 1, 1, 0], [0, 0, 1, 1, 1.0]])
-    batch = TrainingBatch(
-        input_ids=torch.zeros(2, 5, dtype=torch.long),
-        attention_mask=torch.ones(2, 5),
-        response_mask=response,
-        turn_end_mask=torch.zeros(2, 5),
-        gen_log_prob=torch.zeros(2, 5),
-        lengths=torch.tensor([5, 5]),
-    )
     # the prompt positions (mask 0) hold junk that the floor must leave alone
-    batch.advantages = torch.tensor([[-9.0, 2.0, -1.0, 3.0, -9.0], [-9.0, -9.0, -2.0, 0.5, 0.0]])
-    return batch
+    return advantage_batch(
+        [[0, 1, 1, 1, 0], [0, 0, 1, 1, 1]],
+        [[-9.0, 2.0, -1.0, 3.0, -9.0], [-9.0, -9.0, -2.0, 0.5, 0.0]],
+    )
 
 
 def test_floor_zero_drops_the_negative_advantages_of_response_tokens_only():
