@@ -696,7 +696,6 @@ def apply_rollback_change(
 
 def _check_combinations(cfg: TrainConfig) -> None:
     """Keys that are each valid but cannot go together."""
-    import math
 
     from ragen.algo.registry import get_advantage_estimator, needs_critic
 
