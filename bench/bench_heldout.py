@@ -22,6 +22,39 @@ import json
 from pathlib import Path
 
 
+def model_path(path: str) -> str:
+    """An HF model folder as is; a ``ragen train`` run folder: its newest actor."""
+    run = Path(path)
+    if (run / "checkpoints").is_dir():
+        from bench.bench_pool_rooms import final_actor
+
+        return str(final_actor(run))
+    return path
+
+
+def play_heldout(model: str, env: str, episodes: int, temperature: float, fmt: str, seed: int):
+    """The :class:`~ragen.agent.evaluate.EvalResult` of ``model`` (a folder, see
+    :func:`model_path`) on ``episodes`` held-out states of ``env``, one episode each,
+    with the demo's rollout settings in reply format ``fmt``. The same arguments give
+    the same states and samples for every model."""
+    from ragen.agent.evaluate import run_evaluation
+    from ragen.demo import BUDGETS, ENV_SHAPE
+
+    budget = dataclasses.replace(BUDGETS["full"], reasoning=fmt)
+    shape = ENV_SHAPE[env]
+    return run_evaluation(
+        model_path(model),
+        env,
+        n=episodes,
+        temperature=temperature,
+        max_turns=shape.max_turns,
+        seed=seed,
+        config=shape.rollout(budget, env),
+        env_config=budget.env_config(env),
+        batch_groups=64,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("models", nargs="+", help="HF model folders or ragen train run folders")
@@ -34,27 +67,13 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     import torch
 
-    from bench.bench_lake_moves import model_path
-    from ragen.agent.evaluate import evaluate
-    from ragen.demo import BUDGETS, ENV_SHAPE
-
     torch.set_num_threads(1)
-    budget = dataclasses.replace(BUDGETS["full"], reasoning=args.format)
-    shape = ENV_SHAPE[args.env]
     results = {}
     for model in args.models:
-        metrics = evaluate(
-            model_path(model),
-            env=args.env,
-            n=args.episodes,
-            temperature=args.temperature,
-            max_turns=shape.max_turns,
-            seed=args.seed,
-            config=shape.rollout(budget, args.env),
-            env_config=budget.env_config(args.env),
-            batch_groups=64,
+        result = play_heldout(
+            model, args.env, args.episodes, args.temperature, args.format, args.seed
         )
-        results[model] = float(metrics["success_rate"])
+        results[model] = float(result.metrics["success_rate"])
         print(f"{100 * results[model]:5.1f}%  {model}", flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=2))

@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import argparse
 import collections
-import dataclasses
 import json
 from pathlib import Path
 
 import numpy as np
 
+from bench.bench_heldout import play_heldout
 from ragen.envs.frozen_lake import (
     ACTION_NAMES,
     discounted_success,
@@ -80,34 +80,10 @@ def grade_move(desc: tuple[str, ...], pos: int, action: int) -> tuple[str, float
     return kind, regret
 
 
-def model_path(path: str) -> str:
-    """An HF model folder as is; a ``ragen train`` run folder: its newest actor."""
-    run = Path(path)
-    if (run / "checkpoints").is_dir():
-        from bench.bench_pool_rooms import final_actor
-
-        return str(final_actor(run))
-    return path
-
-
 def grade_policy(model: str, episodes: int, temperature: float, fmt: str, seed: int) -> dict:
-    """Play ``episodes`` held-out maps; the share of each kind of move, the mean regret,
+    """Play ``episodes`` held-out maps (:func:`~bench.bench_heldout.play_heldout`); the share of each kind of move, the mean regret,
     and how the episodes ended."""
-    from ragen.agent.evaluate import run_evaluation
-    from ragen.demo import BUDGETS, ENV_SHAPE
-
-    budget = dataclasses.replace(BUDGETS["full"], reasoning=fmt)
-    shape = ENV_SHAPE["frozen_lake"]
-    result = run_evaluation(
-        model,
-        "frozen_lake",
-        n=episodes,
-        temperature=temperature,
-        max_turns=shape.max_turns,
-        seed=seed,
-        config=shape.rollout(budget, "frozen_lake"),
-        batch_groups=64,
-    )
+    result = play_heldout(model, "frozen_lake", episodes, temperature, fmt, seed)
     episodes_by_id = collections.defaultdict(list)
     for sample in result.trajectories:
         episodes_by_id[sample.episode_id].append(sample)
@@ -159,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         if not path:
             raise SystemExit(f"--model {spec!r}: expected LABEL=PATH")
         for temperature in args.temperature:
-            row = grade_policy(model_path(path), args.episodes, temperature, args.format, args.seed)
+            row = grade_policy(path, args.episodes, temperature, args.format, args.seed)
             rows.append({"model": label, "path": path, "temperature": temperature, **row})
             shares = " | ".join(f"{100 * row[k]:.1f}%" for k in KINDS)
             print(

@@ -263,9 +263,7 @@ def floor_advantages(batch: TrainingBatch, floor: float) -> dict[str, float]:
         raise ValueError("floor_advantages needs advantages on the batch")
     mask = batch.response_mask > 0
     below = (batch.advantages < floor) & mask
-    batch.advantages = torch.where(
-        below, torch.full_like(batch.advantages, floor), batch.advantages
-    )
+    batch.advantages = torch.where(mask, batch.advantages.clamp(min=floor), batch.advantages)
     return {"actor/floored_frac": float(below.sum()) / max(float(mask.sum()), 1.0)}
 
 
