@@ -201,3 +201,23 @@ def test_training_console_is_readable(tiny_model_dir, tmp_path, capfd):
     for noise in ("LOAD REPORT", "MISSING", "Loading weights", "Writing model shards"):
         assert noise not in out + err, noise
     assert "critic: value head initialized to zero" in err
+
+
+def test_max_minutes_stops_like_a_last_step(tiny_model_dir, tmp_path, capsys):
+    """A wall-clock budget smaller than one step: step 1 runs, validates and is saved,
+    then the run stops (instead of being killed and losing it)."""
+    run = tmp_path / "timed"
+    extra = ["trainer.max_minutes=1e-6", "trainer.val_every=5", "trainer.save_every=5"]
+    cfg = load_config(_overrides(tiny_model_dir, run, "bandit", "grpo", steps=5, extra=extra))
+    history = StarPOTrainer(cfg).train()
+    assert len(history) == 1
+    assert any(k.startswith("val/") for k in history[0])  # validated although 1 % 5 != 0
+    assert [p.name for p in (run / "checkpoints").glob("step_*")] == ["step_000001"]
+    assert "trainer.max_minutes=1e-06 reached" in capsys.readouterr().out
+
+
+def test_max_minutes_must_be_positive(tmp_path):
+    from ragen.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="trainer.max_minutes"):
+        load_config(["trainer.max_minutes=0"])

@@ -195,6 +195,10 @@ class AlgoConfig:
 @dataclass
 class TrainerSection:
     total_steps: int = 200
+    # wall-clock budget: stop after the step that reaches this many minutes of training,
+    # validating and saving as at the last step (null: no limit). For time-boxed jobs
+    # (a lent GPU, a queue's time limit), where a killed run would lose its last steps
+    max_minutes: float | None = None
     seed: int = 0
     run_name: str | None = None  # default: <env>-<algo>
     run_dir: str | None = None  # default: runs/<run_name>
@@ -489,6 +493,12 @@ def _check_ranges(cfg: TrainConfig) -> None:
             "algo.loss_norm_constant",
             f"must be null or >= 1, got {a.loss_norm_constant}",
             "null uses the response budget of one sample (rollout.max_new_tokens x turns)",
+        )
+    if t.max_minutes is not None and not 0 < t.max_minutes < float("inf"):
+        _fail(
+            "trainer.max_minutes",
+            f"must be null or a number > 0, got {t.max_minutes}",
+            "null trains all trainer.total_steps; e.g. 30 stops after the step that passes 30 minutes",
         )
     if t.log_trajectories_max is not None and t.log_trajectories_max < 1:
         _fail(

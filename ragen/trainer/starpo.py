@@ -333,7 +333,8 @@ class StarPOTrainer:
     def train(self) -> list[dict[str, float]]:
         """Run steps ``start_step+1 .. total_steps``; return each step's metrics.
 
-        Stops early: with a :class:`ConfigError` after
+        Stops early: normally (validated and saved like the last step) after the step
+        that reaches ``trainer.max_minutes`` of wall clock; with a :class:`ConfigError` after
         ``trainer.max_consecutive_skipped_steps`` steps in a row that trained nothing;
         normally (the step saved) after a collapse warning with
         ``trainer.on_collapse=stop`` (with ``rollback`` it goes back to a checkpoint and
@@ -351,6 +352,7 @@ class StarPOTrainer:
         self._trained_since_save = False
         skipped_in_row = 0
         stop_note = ""
+        started = time.perf_counter()
         if t.on_collapse == "rollback" and self.start_step == 0 and not self.checkpoints.list():
             self.save_checkpoint(0)  # somewhere to roll back to before the first save
         with self.signals.installed():
@@ -367,7 +369,9 @@ class StarPOTrainer:
                     finally:
                         self.signals.abandonable = False
                     done = step + 1
-                    if t.val_every and (done % t.val_every == 0 or done == t.total_steps):
+                    # the wall-clock budget ends the run like its last step would
+                    last = done == t.total_steps or self._out_of_time(started)
+                    if t.val_every and (done % t.val_every == 0 or last):
                         metrics.update(self.validate(step))
                     warnings = self.collapse_guard.observe(done, metrics)
                     self.logger.log(done, metrics)
@@ -387,8 +391,14 @@ class StarPOTrainer:
                     limit = t.max_consecutive_skipped_steps
                     if limit and skipped_in_row >= limit:
                         raise self._stalled_error(skipped_in_row, metrics)
-                    if (t.save_every and done % t.save_every == 0) or done == t.total_steps:
+                    if (t.save_every and done % t.save_every == 0) or last:
                         self._save_if_trained(done)
+                    if last and done < t.total_steps:
+                        self.logger.print(
+                            f"step {done}: trainer.max_minutes={t.max_minutes:g} reached "
+                            f"({(time.perf_counter() - started) / 60:.1f} min); stopping"
+                        )
+                        break
                 if self.signals.signum is not None:
                     stop_note = self._save_on_stop(done)
             finally:
@@ -397,6 +407,11 @@ class StarPOTrainer:
         if self.signals.signum is not None:
             raise TrainingInterrupted(self.signals.signum, f"{stop_note} {self.resume_hint()}")
         return history
+
+    def _out_of_time(self, started: float) -> bool:
+        """Whether ``trainer.max_minutes`` of wall clock have passed since ``started``."""
+        limit = self.cfg.trainer.max_minutes
+        return limit is not None and time.perf_counter() - started >= 60 * limit
 
     def close(self) -> None:
         """Stop the rollout workers and training ranks, if any (``train()`` does it)."""
