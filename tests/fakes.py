@@ -281,3 +281,14 @@ def advantage_batch(response_mask: list[list[float]], advantages: list[list[floa
     )
     batch.advantages = torch.tensor(advantages, dtype=torch.float32)
     return batch
+
+
+def child_env(root, **variables: str) -> dict[str, str]:
+    """The environment of a test's child Python process: this one's, with ``root`` (the
+    repository) put before the inherited ``PYTHONPATH`` rather than replacing it, so
+    that packages installed beside the interpreter (``pip install --target``, as on a
+    lent GPU machine) stay importable, plus ``variables``."""
+    import os
+
+    path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, **variables, "PYTHONPATH": path}

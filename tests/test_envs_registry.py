@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from fakes import child_env
 
 import ragen.envs as envs
 from ragen.envs import Env, make, make_from_config, names
@@ -88,7 +88,7 @@ def test_reset_is_identical_in_another_process_and_envs_do_not_import_torch():
 
 
 def _run(script: str, args: list[str], hash_seed: str) -> str:
-    env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(ROOT)}
+    env = child_env(ROOT, PYTHONHASHSEED=hash_seed)
     done = subprocess.run(
         [sys.executable, "-c", script, *args],
         env=env,

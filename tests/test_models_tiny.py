@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from fakes import child_env
 
 from ragen.models.tiny import CHAT_FORMATS, PRESETS, TAG_TOKENS, build_tokenizer, create_tiny
 
@@ -33,7 +34,6 @@ def test_same_seed_gives_identical_files(nano_dir, tmp_path):
 
 def test_tokenizer_identical_across_processes():
     """BPE training must not depend on hash seeds or thread scheduling."""
-    import os
     import subprocess
     import sys
     from pathlib import Path
@@ -42,7 +42,9 @@ def test_tokenizer_identical_across_processes():
 
     code = "import sys; from ragen.models.tiny import _trained_backend as t; sys.stdout.write(t('chatml'))"
     root = str(Path(__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": root}
+    # the inherited path is kept: on the lent GPU machine, with it replaced, the child
+    # lacked gymnasium and trained on another corpus
+    env = child_env(root, PYTHONHASHSEED="12345")
     other = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     ).stdout
@@ -198,3 +200,26 @@ def test_named_parameter_counts_match_the_models():
     tok = build_tokenizer()
     for size in ("nano", "micro", "small"):
         assert f"{count_parameters(build_model(size, tok)) / 1e6:.1f}M" == PARAMETERS[size]
+
+
+def test_every_corpus_env_contributes_to_the_tokenizer(monkeypatch):
+    """The corpus may not silently depend on what is installed: a GPU machine without
+    gymnasium built another tokenizer from the same seed. Every CORPUS_ENV must build
+    here (gymnasium is a core dependency), and one that fails is a loud warning."""
+    import random
+    import warnings
+
+    from ragen.envs import gym_adapter
+    from ragen.models import tiny
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a skipped env would raise here
+        texts = tiny._env_texts(random.Random(0))
+    assert any("Taxi" in t or "taxi" in t for t in texts)  # the gym envs are in it
+
+    def no_gymnasium():
+        raise ImportError("gymnasium is not installed")
+
+    monkeypatch.setattr(gym_adapter, "import_gymnasium", no_gymnasium)
+    with pytest.warns(UserWarning, match="'gym_frozen_lake' was left out"):
+        tiny._env_texts(random.Random(0))

@@ -2,7 +2,6 @@
 and SIGINT/SIGTERM with a real signal to a real ``ragen train`` process."""
 
 import json
-import os
 import shlex
 import signal
 import subprocess
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from fakes import child_env
 from test_trainer_train import _metric_lines, _overrides, _weights
 
 from ragen.cli import main
@@ -114,7 +114,7 @@ def _start_training(tiny_model_dir, run):
         steps=500,
         extra=["trainer.save_every=1000", "trainer.val_every=0"],
     )
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    env = child_env(REPO, OMP_NUM_THREADS="1")
     proc = subprocess.Popen(
         [sys.executable, "-m", "ragen.cli", "train", *args],
         cwd=REPO,

@@ -79,12 +79,12 @@ register(
 register(
     "gym_frozen_lake",
     "ragen.envs.gym_adapter:GymFrozenLakeEnv",
-    "gymnasium FrozenLake-v1 (fixed 4x4 map, slippery) via the adapter; needs ragen[gym]",
+    "gymnasium FrozenLake-v1 (fixed 4x4 map, slippery) via the adapter",
 )
 register(
     "gym_taxi",
     "ragen.envs.gym_adapter:GymTaxiEnv",
-    "gymnasium Taxi via the adapter; needs ragen[gym]",
+    "gymnasium Taxi via the adapter",
 )
 
 # -- procedural puzzles (solvers as oracles) ----------------------------------------------------

@@ -8,8 +8,8 @@ colours carry meaning in some envs (the FrozenLake agent is a red background, th
 Taxi a yellow one), so ``ansi_styles`` maps an SGR colour code to a replacement
 character before the escape codes are stripped. gymnasium's ``terminated`` and
 ``truncated`` pass through unchanged (a ``TimeLimit`` cut stays a truncation, and both
-may be True together, as gymnasium allows). gymnasium is an optional dependency
-(``pip install ragen[gym]``), imported only when a ``GymEnv`` is built.
+may be True together, as gymnasium allows). gymnasium is a dependency of
+ragen, imported only when a ``GymEnv`` is built.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def import_gymnasium() -> Any:
         import gymnasium
     except ImportError as err:
         raise MissingDependencyError(
-            "gymnasium is not installed; install it with: pip install 'ragen[gym]'"
+            "gymnasium is not installed; install it with: pip install 'gymnasium>=0.29'"
         ) from err
     return gymnasium
 

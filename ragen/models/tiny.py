@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import json
 import random
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -312,7 +313,10 @@ def _env_texts(rng: random.Random) -> list[str]:
     """Instructions and rendered states of the :data:`CORPUS_ENVS` environments.
 
     Environments are written by others and may be mid-change: an env that fails to
-    import, build or step is skipped rather than breaking model creation.
+    import, build or step is skipped rather than breaking model creation, with a
+    warning, since the tokenizer (and so every tiny model) then differs from everyone
+    else's. A GPU session found one such case: without gymnasium the two gym_* envs
+    dropped out silently and the same seed built another tokenizer.
     """
     try:
         import ragen.envs as envs
@@ -336,8 +340,18 @@ def _env_texts(rng: random.Random) -> list[str]:
                     texts += [str(action), str(obs)]
                     if terminated or truncated:
                         break
-        except Exception:  # a broken env must not break the tokenizer
+        except Exception as err:  # a broken env must not break the tokenizer
+            warnings.warn(
+                f"tiny tokenizer: env {name!r} was left out of the training corpus "
+                f"({type(err).__name__}: {err}); this tokenizer, and every tiny model built "
+                "with it, differs from a standard install's. Fix: pip install -e . (all of "
+                "ragen's dependencies)",
+                stacklevel=2,
+            )
             continue
+    missing = sorted(set(CORPUS_ENVS) - set(names))
+    if missing:
+        warnings.warn(f"tiny tokenizer: envs {missing} are not registered", stacklevel=2)
     return texts
 
 
