@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# One time-boxed session on a single GPU: what only a GPU can show, in one command.
+#
+#   bash bench/gpu_session.sh [OUT_DIR] [SECONDS]     # defaults: $OUT or runs/gpu, 560
+#   STAGES="smoke grid" bash bench/gpu_session.sh ...  # a subset (default: all four)
+#
+# smoke  the CUDA-only test and the toy demo on the GPU (the script stops on failure)
+# tests  the whole test suite with the GPU visible (model.device=auto picks it), 4 workers
+# speed  rollout speed: bench.bench_rollout, nano and small, 1,024 sequences, 3 engines
+# grid   grid RL at 16x the demo's episodes per update (bench.bench_grid_scale),
+#        time-boxed to end SECONDS after this script started; $GRID_VARIANTS and
+#        $GRID_ENVS override what runs (docs/RESULTS.md, "GPU: 16x the episodes ...")
+#
+# Logs stream into OUT_DIR; results and the RL runs' metrics are packed there at the end.
+# Runs in the repository root with the machine's own python3 (torch with CUDA); Python
+# wheels the machine lacks can be put in .whl/ (installed into /tmp/site first).
+#
+# What the first session learned (H200, 16 cores): 18 RL processes sharing the card and
+# the cores ran 1,024-episode steps at 12-43 s, 3 processes at 6 s; so the grid stage runs
+# one process per (env, seed) by default, and the tests run before it, not beside it.
+set -u
+OUT_DIR=${1:-${OUT:-runs/gpu}}
+BUDGET_S=${2:-560}
+STAGES=${STAGES:-smoke tests speed grid}
+GRID_ENVS=${GRID_ENVS:---env frozen_lake --env sokoban}
+GRID_VARIANTS=${GRID_VARIANTS:---variant x16-all:groups=64,group_size=16,steps=40,algo.filter.value=1.0,algo.ppo_mini_batch_size=768}
+mkdir -p "$OUT_DIR"
+export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
+exec > >(tee -a "$OUT_DIR/session.log") 2>&1
+say() { echo "[session ${SECONDS}s] $*"; }
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+
+if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+fi
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+python3 -c "import sys, torch, transformers; print(sys.version.split()[0], 'torch', torch.__version__, 'transformers', transformers.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0))"
+echo "cores: $(nproc --all)"  # plain nproc honours OMP_NUM_THREADS=1
+
+if has smoke; then
+    say "smoke"
+    python3 -m pytest -q -p no:cacheprovider tests/test_algo_gae.py -k cuda || { say "CUDA test failed"; exit 3; }
+    timeout 120 python3 -m ragen.demo --budget toy --env frozen_lake --out /tmp/toy --jobs 1 \
+        --stage tiny --stage sft --stage rl --stage eval 2>&1 | grep -v -i warn | tail -4
+    [ "${PIPESTATUS[0]}" = 0 ] || { say "toy demo failed on the GPU"; exit 3; }
+fi
+
+if has tests; then
+    say "test suite -> tests.log"
+    timeout 240 python3 -m pytest -q -p no:cacheprovider -n 4 --timeout 200 tests \
+        > "$OUT_DIR/tests.log" 2>&1
+    tail -2 "$OUT_DIR/tests.log"
+fi
+
+if has speed; then
+    say "rollout speed (random nano / small, 64x16 episodes, demo prompts, 10 turns x 48 tokens)"
+    for size in nano small; do
+        timeout 90 python3 -m bench.bench_rollout --device cuda --size "$size" --demo \
+            --env sokoban --groups 64 --group-size 16 --engines eager,static,static-bf16 \
+            --no-bare 2>&1 | grep -v -i warn | tail -6
+    done
+fi
+
+if has grid; then
+    say "grid RL at scale -> grid.log"
+    # shellcheck disable=SC2086 # the variant and env lists are word lists on purpose
+    python3 -m bench.bench_grid_scale --out runs/grid_scale $GRID_ENVS --seeds 0 1 2 \
+        --eval-episodes 512 --jobs 6 --finish-by $((BUDGET_S - 25 - SECONDS)) \
+        --eval-reserve 60 --extra trainer.bf16=false --extra algo.micro_token_budget=32768 \
+        $GRID_VARIANTS > "$OUT_DIR/grid.log" 2>&1
+    grep -E "^\[[0-9]|^\||FAIL|Traceback|Error" "$OUT_DIR/grid.log" | grep -v -i warn
+    tar czf "$OUT_DIR/results.tgz" runs/grid_scale/results.json runs/grid_scale/scale.md \
+        runs/grid_scale/curves.png \
+        $(find runs/grid_scale -name metrics.jsonl -o -name config.yaml | grep -v checkpoints) \
+        2>/dev/null
+    # FrozenLake's warm starts and final RL actors, for move-by-move grading on a CPU
+    # later (bench.bench_lake_moves); about 4.7 MB per nano model, 15 MB per file back
+    find runs/grid_scale/frozen_lake -path '*/checkpoints/step_*/actor' -o -path '*/sft' \
+        -type d | sort | tar czf /tmp/models.tgz -T - 2>/dev/null
+    split -b 15m /tmp/models.tgz "$OUT_DIR/models.tgz." 2>/dev/null
+fi
+ls -la "$OUT_DIR"
+say "done"
