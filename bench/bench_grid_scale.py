@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.bench_reasoning import _curves, _fmt, _Run
-from bench.bench_rl_levers import parse_variant
+from bench.bench_rl_levers import paired_columns, parse_variant
 from ragen.demo import BUDGETS, ENV_SHAPE, Budget, exit_with_parent
 
 FORMAT = "free_think"  # the demo's reply format
@@ -188,24 +188,14 @@ def table(results: dict[str, Any]) -> str:
         if not rows:
             continue
         base = [results[f"{env}/seed{r['seed']}"]["warm start"]["success_rate"] for r in rows]
-        after = [r[variant]["success_rate"] for r in rows]
-        per_seed = ", ".join(
-            f"s{r['seed']} {100 * w:.1f} -> {100 * a:.1f}" for r, w, a in zip(rows, base, after)
-        )
-        train = []
-        for r in rows:
-            curve = [v for _, v in r[variant]["curves"].get("rollout/success_rate", [])]
-            if len(curve) >= 6:
-                train.append(
-                    f"{statistics.mean(curve[:3]):.2f} -> {statistics.mean(curve[-3:]):.2f}"
-                )
+        after, per_seed, train = paired_columns(rows, variant, base, head=3, tail=3)
         steps = "/".join(str(r[variant]["steps"]) for r in rows)
         per_step = statistics.mean(r[variant]["seconds_per_step"] for r in rows)
         lines.append(
             f"| {env} | {variant} | {rows[0][variant]['episodes_per_step']} | {steps} | "
             f"{_fmt(base)} | {_fmt(after)} | "
             f"{_fmt([a - w for a, w in zip(after, base)], unit=' pts', signed=True)} | "
-            f"{per_seed} | {per_step:.1f} | {'; '.join(train)} |"
+            f"{per_seed} | {per_step:.1f} | {train} |"
         )
     return "\n".join(lines)
 

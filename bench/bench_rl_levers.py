@@ -105,6 +105,26 @@ def _worker(warm, out, budget, env, fmt, seed, variant, parent):
     return run_job(warm, out, budget, env, fmt, seed, variant)
 
 
+def paired_columns(
+    rows: list[dict[str, Any]], variant: str, base: list[float], head: int = 5, tail: int = 10
+) -> tuple[list[float], str, str]:
+    """For one variant's runs (one per seed) and their warm starts' success ``base``:
+    (success after RL per seed, "sS warm -> RL" per seed, the training success of the
+    first ``head`` -> last ``tail`` steps per seed that ran at least ``head + tail``)."""
+    after = [r[variant]["success_rate"] for r in rows]
+    per_seed = ", ".join(
+        f"s{r['seed']} {100 * w:.1f} -> {100 * a:.1f}" for r, w, a in zip(rows, base, after)
+    )
+    train = []
+    for r in rows:
+        curve = [v for _, v in r[variant]["curves"].get("rollout/success_rate", [])]
+        if len(curve) >= head + tail:
+            train.append(
+                f"{statistics.mean(curve[:head]):.2f} -> {statistics.mean(curve[-tail:]):.2f}"
+            )
+    return after, per_seed, "; ".join(train)
+
+
 def table(results: dict[str, Any], warm: dict[str, Any]) -> str:
     """Markdown: per env x format x variant, after RL and the paired gain over the warm
     start, with per-seed values, and the last-10-step training success."""
@@ -123,20 +143,10 @@ def table(results: dict[str, Any], warm: dict[str, Any]) -> str:
             key=lambda r: r["seed"],
         )
         base = [warm[f"{env}/{fmt}/seed{r['seed']}"]["warm start"]["success_rate"] for r in rows]
-        after = [r[variant]["success_rate"] for r in rows]
-        per_seed = ", ".join(
-            f"s{r['seed']} {100 * w:.1f} -> {100 * a:.1f}" for r, w, a in zip(rows, base, after)
-        )
-        train = []
-        for r in rows:
-            curve = [v for _, v in r[variant]["curves"].get("rollout/success_rate", [])]
-            if len(curve) >= 15:
-                train.append(
-                    f"{statistics.mean(curve[:5]):.2f} -> {statistics.mean(curve[-10:]):.2f}"
-                )
+        after, per_seed, train = paired_columns(rows, variant, base)
         lines.append(
             f"| {env} | {fmt} | {variant} | {rows[0][variant]['steps']} | {_fmt(base)} | {_fmt(after)} | "
-            f"{_fmt([a - w for a, w in zip(after, base)], unit=' pts', signed=True)} | {per_seed} | {'; '.join(train)} |"
+            f"{_fmt([a - w for a, w in zip(after, base)], unit=' pts', signed=True)} | {per_seed} | {train} |"
         )
     return "\n".join(lines)
 
