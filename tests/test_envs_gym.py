@@ -122,6 +122,6 @@ def test_holes_terminate():
 
 def test_missing_gymnasium_gives_an_install_hint(monkeypatch):
     monkeypatch.setitem(sys.modules, "gymnasium", None)  # makes `import gymnasium` fail
-    with pytest.raises(MissingDependencyError, match=r"pip install 'ragen\[gym\]'") as err:
+    with pytest.raises(MissingDependencyError, match=r"pip install 'gymnasium>=0.29'") as err:
         make("gym_taxi")
     assert isinstance(err.value, ImportError) and isinstance(err.value, RagenError)
