@@ -52,8 +52,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.bench_reasoning import _curves, _fmt, _Run
-from bench.bench_rl_levers import paired_columns, parse_variant
-from ragen.demo import BUDGETS, ENV_SHAPE, Budget, exit_with_parent
+from bench.bench_rl_levers import (
+    paired_columns,
+    parse_variant,
+    rl_from_warm_start,
+    variant_budget,
+)
+from ragen.demo import BUDGETS, Budget, exit_with_parent
 
 FORMAT = "free_think"  # the demo's reply format
 
@@ -61,21 +66,19 @@ FORMAT = "free_think"  # the demo's reply format
 def heldout_success(run: _Run, env: str, model: str, episodes: int) -> dict[str, float]:
     """``model``'s metrics on ``episodes`` held-out validation states of ``env`` (the
     same states and sampling seed for every model of ``run``'s seed)."""
-    from ragen.agent.evaluate import evaluate
+    from bench.bench_heldout import play_heldout
 
-    shape = ENV_SHAPE[env]
-    metrics = evaluate(
+    metrics = play_heldout(
         model,
-        env=env,
-        n=episodes,
+        env,
+        episodes,
         temperature=0.5,
-        max_turns=shape.max_turns,
+        fmt=run.budget.reasoning,
         seed=run.seed,
-        config=shape.rollout(run.budget, env),
-        env_config=run.budget.env_config(env),
         batch_groups=episodes,  # one generate call per turn: the accelerator's batch
         dtype="float32",  # the CPU figures' arithmetic, not bf16
-    )
+        budget=run.budget,
+    ).metrics
     keys = ("success_rate", "format_error_rate", "reward/consistency", "thought_words")
     return {k: float(metrics[k]) for k in keys if k in metrics}
 
@@ -121,21 +124,10 @@ def rl_job(
     torch.manual_seed(seed)
     tic = time.perf_counter()
     name, changes, overrides = parse_variant(variant)
-    groups = changes.get("groups", budget.env_groups)
-    group_size = changes.get("group_size", budget.group_size)
-    steps = changes.get("steps", budget.rl_steps[env])
     timed = [f"trainer.max_minutes={minutes:.3f}"] if minutes else []
-    b = dataclasses.replace(
-        budget,
-        rl_steps={**budget.rl_steps, env: steps},
-        env_groups=groups,
-        group_size=group_size,
-        extra=[*budget.extra, "trainer.log_trajectories_every=10", *timed, *overrides],
-    )
+    b = variant_budget(budget, env, changes, overrides, extra=timed)
     source = _warm_run(out, budget, env, seed)
-    run = _Run(out / env / f"seed{seed}", b, env, seed, source.tiny, name)
-    run.sft_dir = lambda _env: source.sft_dir(_env)  # RL starts from the shared warm start
-    run.stage_rl(env)
+    run = rl_from_warm_start(source, out / env / f"seed{seed}", b, env, name)
     rl_s = time.perf_counter() - tic
     actor = run.final_actor(env)
     curves = _curves(run.rl_dir(env))
@@ -145,7 +137,7 @@ def rl_job(
         "overrides": overrides,
         "budget": changes,
         "steps": done,
-        "episodes_per_step": groups * group_size,
+        "episodes_per_step": b.env_groups * b.group_size,
         "rl_seconds": rl_s,
         "seconds_per_step": rl_s / max(done, 1),
         "curves": curves,

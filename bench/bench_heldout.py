@@ -32,15 +32,28 @@ def model_path(path: str) -> str:
     return path
 
 
-def play_heldout(model: str, env: str, episodes: int, temperature: float, fmt: str, seed: int):
+def play_heldout(
+    model: str,
+    env: str,
+    episodes: int,
+    temperature: float,
+    fmt: str,
+    seed: int,
+    batch_groups: int = 64,
+    dtype: str | None = None,
+    budget=None,
+):
     """The :class:`~ragen.agent.evaluate.EvalResult` of ``model`` (a folder, see
     :func:`model_path`) on ``episodes`` held-out states of ``env``, one episode each,
     with the demo's rollout settings in reply format ``fmt``. The same arguments give
-    the same states and samples for every model."""
+    the same states and samples for every model. ``batch_groups``: episodes per
+    generate call; ``dtype``: the model's (None: ``load_policy``'s default, bf16 on a
+    CUDA device); ``budget``: the :class:`~ragen.demo.Budget` whose rollout settings
+    apply (default: ``full``, the demo's)."""
     from ragen.agent.evaluate import run_evaluation
     from ragen.demo import BUDGETS, ENV_SHAPE
 
-    budget = dataclasses.replace(BUDGETS["full"], reasoning=fmt)
+    budget = dataclasses.replace(budget or BUDGETS["full"], reasoning=fmt)
     shape = ENV_SHAPE[env]
     return run_evaluation(
         model_path(model),
@@ -51,7 +64,8 @@ def play_heldout(model: str, env: str, episodes: int, temperature: float, fmt: s
         seed=seed,
         config=shape.rollout(budget, env),
         env_config=budget.env_config(env),
-        batch_groups=64,
+        batch_groups=batch_groups,
+        dtype=dtype,
     )
 
 

@@ -63,6 +63,29 @@ def parse_variant(text: str) -> tuple[str, dict[str, int], list[str]]:
     return name, budget, overrides
 
 
+def variant_budget(
+    budget: Budget, env: str, changes: dict[str, int], overrides: list[str], extra=()
+) -> Budget:
+    """``budget`` with a variant's ``steps`` / ``groups`` / ``group_size`` changes, and its
+    ``ragen train`` overrides after ``extra`` (training trajectories every 10th step)."""
+    return dataclasses.replace(
+        budget,
+        extra=[*budget.extra, "trainer.log_trajectories_every=10", *extra, *overrides],
+        rl_steps={**budget.rl_steps, env: changes.get("steps", budget.rl_steps[env])},
+        env_groups=changes.get("groups", budget.env_groups),
+        group_size=changes.get("group_size", budget.group_size),
+    )
+
+
+def rl_from_warm_start(source: _Run, folder: Path, budget: Budget, env: str, name: str) -> _Run:
+    """The demo's RL stage of variant ``name`` in ``folder``, starting from the warm start
+    ``source`` trained (its SFT folder and tiny model are shared, not copied)."""
+    run = _Run(folder, budget, env, source.seed, source.tiny, name)
+    run.sft_dir = lambda _env: source.sft_dir(_env)
+    run.stage_rl(env)
+    return run
+
+
 def run_job(
     warm: Path, out: Path, budget: Budget, env: str, fmt: str, seed: int, variant: str
 ) -> dict[str, Any]:
@@ -73,22 +96,13 @@ def run_job(
     torch.manual_seed(seed)
     tic = time.perf_counter()
     name, changes, overrides = parse_variant(variant)
-    b = dataclasses.replace(
-        budget,
-        reasoning=fmt,
-        extra=[*budget.extra, "trainer.log_trajectories_every=10", *overrides],
-        rl_steps={**budget.rl_steps, env: changes.get("steps", budget.rl_steps[env])},
-        env_groups=changes.get("groups", budget.env_groups),
-        group_size=changes.get("group_size", budget.group_size),
-    )
+    b = variant_budget(dataclasses.replace(budget, reasoning=fmt), env, changes, overrides)
     source = _Run(
         warm / env / fmt / f"seed{seed}", b, env, seed, warm / "tiny" / f"seed{seed}", "x"
     )
     if not (source.sft_dir(env) / "config.json").exists():
         raise SystemExit(f"no warm start at {source.sft_dir(env)}: run bench.bench_reasoning first")
-    run = _Run(out / env / fmt / f"seed{seed}", b, env, seed, source.tiny, name)
-    run.sft_dir = lambda _env: source.sft_dir(_env)  # RL starts from the shared warm start
-    run.stage_rl(env)
+    run = rl_from_warm_start(source, out / env / fmt / f"seed{seed}", b, env, name)
     result = {
         **_evaluate(run, env, str(run.final_actor(env))),
         "overrides": overrides,

@@ -216,7 +216,7 @@ def test_max_minutes_stops_like_a_last_step(tiny_model_dir, tmp_path, capsys):
     assert "trainer.max_minutes=1e-06 reached" in capsys.readouterr().out
 
 
-def test_max_minutes_must_be_positive(tmp_path):
+def test_max_minutes_must_be_positive():
     from ragen.errors import ConfigError
 
     with pytest.raises(ConfigError, match="trainer.max_minutes"):
