@@ -40,14 +40,14 @@ def test_sft_step_under_bf16_keeps_fp32_weights_and_grads(monkeypatch, tiny_mode
     from ragen.sft.trainer import SFTConfig, make_expert_data, train_sft
 
     monkeypatch.setattr(precision, "cpu_bf16_supported", lambda: True)
-    _, tok = load_policy(tiny_model_dir)
+    _, tok = load_policy(tiny_model_dir, device="cpu")  # a CPU test on any machine
     rollout = RolloutConfig(max_turns=1, max_actions_per_turn=1, max_actions_per_trajectory=1)
     losses = {}
     for bf16 in (False, True):
         cfg = SFTConfig(
             env="bandit", rollout=rollout, episodes=8, epochs=1, batch_size=8, bf16=bf16
         )
-        model, _ = load_policy(tiny_model_dir)
+        model, _ = load_policy(tiny_model_dir, device="cpu")
         history = train_sft(model, tok, make_expert_data(tok, cfg), cfg, log=lambda m: None)
         assert all(p.dtype == torch.float32 for p in model.parameters())
         losses[bf16] = history[0]["loss"]

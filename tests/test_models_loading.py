@@ -26,9 +26,9 @@ def saved(tmp_path_factory):
 
 def test_load_local_folder_round_trips_weights(saved):
     path, original = saved
-    model, tok = load_policy(path)
+    model, tok = load_policy(path, device="cpu")
     assert not model.training and tok.padding_side == "left" and tok.pad_token is not None
-    assert next(model.parameters()).dtype == torch.float32  # CPU default
+    assert next(model.parameters()).dtype == torch.float32  # the CPU's default dtype
     ids = torch.tensor([tok.encode("<think>go</think>")])
     with torch.no_grad():
         assert torch.equal(model(ids).logits, original(ids).logits)

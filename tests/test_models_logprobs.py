@@ -11,7 +11,9 @@ def model_and_batch(tiny_model_dir):
     from ragen.models import load_policy
 
     torch.manual_seed(0)
-    model, tok = load_policy(tiny_model_dir, dtype=torch.float32)
+    # on the CPU wherever the suite runs: the batch below is built there, and the
+    # tolerances are float32's (this is the math of the fast path, not a device test)
+    model, tok = load_policy(tiny_model_dir, device="cpu", dtype=torch.float32)
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(5, len(tok), (3, 24), generator=g)
     attn = torch.ones_like(ids)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -90,3 +92,13 @@ def test_create_from_peft_policy(policy):
 def test_bad_input():
     with pytest.raises(TypeError, match="model path or a transformers model"):
         create_critic(42)
+
+
+def test_critic_of_a_model_object_sits_beside_it(policy):
+    # device/dtype unset: the policy's own (not "auto", which would pick CUDA on a GPU
+    # machine while the actor it was copied from stays where the caller put it)
+    model, _ = policy
+    half = create_critic(copy.deepcopy(model).to(torch.bfloat16))
+    assert next(half.parameters()).dtype == torch.bfloat16
+    assert next(half.parameters()).device == next(model.parameters()).device
+    assert next(create_critic(model, dtype="float32").parameters()).dtype == torch.float32

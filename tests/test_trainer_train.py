@@ -85,18 +85,28 @@ def _metric_lines(run):
     return out
 
 
+# Bit-identical repeats are a CPU promise: CUDA's bf16 autocast and atomic-add kernels
+# make no such promise, so these two tests pin the CPU on any machine.
+ON_CPU = ("model.device=cpu",)
+
+
 def test_resume_matches_uninterrupted_run(tiny_model_dir, tmp_path):
     full = tmp_path / "full"
     StarPOTrainer(
-        load_config(_overrides(tiny_model_dir, full, "sokoban", "starpo", steps=4))
+        load_config(_overrides(tiny_model_dir, full, "sokoban", "starpo", steps=4, extra=ON_CPU))
     ).train()
     part = tmp_path / "part"
     StarPOTrainer(
-        load_config(_overrides(tiny_model_dir, part, "sokoban", "starpo", steps=2))
+        load_config(_overrides(tiny_model_dir, part, "sokoban", "starpo", steps=2, extra=ON_CPU))
     ).train()
     resumed = load_config(
         _overrides(
-            tiny_model_dir, part, "sokoban", "starpo", steps=4, extra=["trainer.resume=auto"]
+            tiny_model_dir,
+            part,
+            "sokoban",
+            "starpo",
+            steps=4,
+            extra=[*ON_CPU, "trainer.resume=auto"],
         )
     )
     StarPOTrainer(resumed).train()
@@ -112,7 +122,8 @@ def test_seeded_run_is_reproducible(tiny_model_dir, tmp_path):
     runs = []
     for name in ("a", "b"):
         run = tmp_path / name
-        StarPOTrainer(load_config(_overrides(tiny_model_dir, run, "frozen_lake", "grpo"))).train()
+        cfg = load_config(_overrides(tiny_model_dir, run, "frozen_lake", "grpo", extra=ON_CPU))
+        StarPOTrainer(cfg).train()
         runs.append(_metric_lines(run))
     assert runs[0] == runs[1]
 

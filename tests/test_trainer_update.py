@@ -14,6 +14,9 @@ def _trainer(model_dir, run_dir, *extra):
             "env=sokoban",
             "algo=starpo",
             f"model.path={model_dir}",
+            # float32 on the CPU on any machine: these tests compare numbers at 1e-4, and
+            # CUDA's bf16 autocast would be the comparison's noise, not the trainer's
+            "model.device=cpu",
             "rollout.env_groups=2",
             "rollout.group_size=2",
             "rollout.max_turns=2",

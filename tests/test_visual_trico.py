@@ -17,6 +17,7 @@ def _overrides(model_dir, run_dir, env, algo="trico", steps=2, extra=()):
         f"env={env}",
         f"algo={algo}",
         f"model.path={model_dir}",
+        "model.device=cpu",  # the checks below are float32-exact; CUDA would autocast bf16
         "model.actor_lr=1e-3",
         "model.critic_lr=1e-3",
         "rollout.env_groups=2",

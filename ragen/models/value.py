@@ -95,12 +95,20 @@ def create_critic(policy_path_or_model, device: Any = None, dtype: Any = None):
     a saved critic folder (loaded as is, head included), or a causal-LM object (its
     weights are copied; the policy itself is not modified). The value head is zeroed
     unless it came from a saved critic. Returned in eval mode (call ``.train()``).
+
+    ``device`` / ``dtype`` unset: for a model object, the policy's own device and dtype
+    (the critic sits beside the actor it was copied from); for a path, ``auto``.
     """
     from transformers import AutoConfig, AutoModelForTokenClassification, PreTrainedModel
 
+    policy = policy_path_or_model
+    if not isinstance(policy, (str, os.PathLike)):
+        first = next(iter(policy.parameters()), None) if hasattr(policy, "parameters") else None
+        if first is not None:
+            device = first.device if device is None else device
+            dtype = first.dtype if dtype is None else dtype
     device = pick_device(device)
     dtype = pick_dtype(device, dtype)
-    policy = policy_path_or_model
     if isinstance(policy, (str, os.PathLike)):
         source, gguf_file, is_local = resolve_source(policy)
         if gguf_file is None:
