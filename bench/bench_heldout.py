@@ -77,15 +77,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--episodes", type=int, default=512)
     p.add_argument("--temperature", type=float, default=0.5)
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument(
+        "--observation-format",
+        default="grid",
+        choices=("grid", "coord", "grid_coord"),
+        help="the grids' observation format the models were trained on",
+    )
     p.add_argument("--out", default=None, help="write {model: success} as JSON here")
     args = p.parse_args(argv)
     import torch
 
     torch.set_num_threads(1)
+    from ragen.demo import BUDGETS
+
+    budget = dataclasses.replace(BUDGETS["full"], observation_format=args.observation_format)
     results = {}
     for model in args.models:
         result = play_heldout(
-            model, args.env, args.episodes, args.temperature, args.format, args.seed
+            model, args.env, args.episodes, args.temperature, args.format, args.seed, budget=budget
         )
         results[model] = float(result.metrics["success_rate"])
         print(f"{100 * results[model]:5.1f}%  {model}", flush=True)
