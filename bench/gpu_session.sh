@@ -2,11 +2,12 @@
 # One time-boxed session on a single GPU: what only a GPU can show, in one command.
 #
 #   bash bench/gpu_session.sh [OUT_DIR] [SECONDS]     # defaults: $OUT or runs/gpu, 560
-#   STAGES="smoke grid" bash bench/gpu_session.sh ...  # a subset (default: all four)
+#   STAGES="smoke grid" bash bench/gpu_session.sh ...  # a subset (default: smoke tests grid)
 #
 # smoke  the CUDA-only test and the toy demo on the GPU (the script stops on failure)
 # tests  the whole test suite with the GPU visible (model.device=auto picks it), 4 workers
 # speed  rollout speed: bench.bench_rollout, nano and small, 1,024 sequences, 3 engines
+#        (measured on an H200 already: not in the default stages)
 # grid   grid RL at 16x the demo's episodes per update (bench.bench_grid_scale),
 #        time-boxed to end SECONDS after this script started; $GRID_VARIANTS and
 #        $GRID_ENVS override what runs (docs/RESULTS.md, "GPU: 16x the episodes ...")
@@ -18,10 +19,18 @@
 # What the first session learned (H200, 16 cores): 18 RL processes sharing the card and
 # the cores ran 1,024-episode steps at 12-43 s, 3 processes at 6 s; so the grid stage runs
 # one process per (env, seed) by default, and the tests run before it, not beside it.
+#
+# The next session's plan (docs/RESULTS.md, "Which of the three changes ..."): call 1, the
+# defaults (Sokoban at 16x for 40 steps; FrozenLake's x16-all again, the same-device
+# control); call 2 while the machine is warm (the warm starts in runs/grid_scale are
+# reused), one optimizer step per 1,024 episodes:
+#   STAGES=grid GRID_ENVS="--env frozen_lake" GRID_VARIANTS="--variant \
+#     x16-all-1opt:groups=64,group_size=16,steps=40,algo.filter.value=1.0,algo.ppo_mini_batch_size=10240" \
+#     bash bench/gpu_session.sh "$OUT" 560
 set -u
 OUT_DIR=${1:-${OUT:-runs/gpu}}
 BUDGET_S=${2:-560}
-STAGES=${STAGES:-smoke tests speed grid}
+STAGES=${STAGES:-smoke tests grid}
 GRID_ENVS=${GRID_ENVS:---env frozen_lake --env sokoban}
 GRID_VARIANTS=${GRID_VARIANTS:---variant x16-all:groups=64,group_size=16,steps=40,algo.filter.value=1.0,algo.ppo_mini_batch_size=768}
 mkdir -p "$OUT_DIR"
