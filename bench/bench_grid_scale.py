@@ -26,7 +26,9 @@ they share the card, which a 1M-parameter model leaves mostly idle):
    ``NAME:ITEM,ITEM`` as in :mod:`bench.bench_rl_levers`: ``groups=N`` / ``group_size=N``
    / ``steps=N`` change the demo's budget (the mini-batch follows the batch: a quarter
    of its episodes' turns, so still one optimizer step per training step), every other
-   item is a ``ragen train`` override.
+   item is a ``ragen train`` override. ``NAME@ENV:ITEM,...`` runs the variant on that
+   env alone (``--env`` still lists every env whose warm starts are built), so one call
+   can pair, say, Sokoban's ``x16-all`` with another FrozenLake variant.
 
 **Time-boxed.** ``--finish-by S`` (seconds from the start of this command) gives every
 RL run the same wall-clock budget, ``trainer.max_minutes`` = what is left after the
@@ -81,6 +83,17 @@ def heldout_success(run: _Run, env: str, model: str, episodes: int) -> dict[str,
     ).metrics
     keys = ("success_rate", "format_error_rate", "reward/consistency", "thought_words")
     return {k: float(metrics[k]) for k in keys if k in metrics}
+
+
+def scoped_variant(text: str, envs: list[str]) -> tuple[str, list[str]]:
+    """``NAME@ENV:ITEMS`` -> (``NAME:ITEMS``, [ENV]); ``NAME:ITEMS`` -> (itself, ``envs``)."""
+    head, colon, rest = text.partition(":")
+    name, at, env = head.partition("@")
+    if not at:
+        return text, list(envs)
+    if env not in envs:
+        raise SystemExit(f"--variant {text!r}: {env!r} is not among --env {envs}; add it")
+    return name + colon + rest, [env]
 
 
 def _warm_run(out: Path, budget: Budget, env: str, seed: int) -> _Run:
@@ -250,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="runs/grid_scale")
     p.add_argument("--env", action="append", choices=("frozen_lake", "sokoban"))
-    p.add_argument("--variant", action="append", default=[], help="NAME:ITEM,ITEM,...")
+    p.add_argument("--variant", action="append", default=[], help="NAME[@ENV]:ITEM,ITEM,...")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--eval-episodes", type=int, default=512)
     p.add_argument("--jobs", type=int, default=2, help="processes side by side, one thread each")
@@ -277,9 +290,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not args.variant and not args.report_only:
         p.error("give at least one --variant NAME:ITEM,... (e.g. x16:groups=64,group_size=16)")
-    for v in args.variant:
-        parse_variant(v)  # fail before any job starts
     envs = args.env or ["frozen_lake", "sokoban"]
+    scoped = [scoped_variant(v, envs) for v in args.variant]
+    for v, _ in scoped:
+        parse_variant(v)  # fail before any job starts
     budget = dataclasses.replace(
         BUDGETS[args.budget], reasoning=FORMAT, extra=[*BUDGETS[args.budget].extra, *args.extra]
     )
@@ -341,9 +355,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{elapsed()}] every RL run gets trainer.max_minutes={minutes:.2f}", flush=True)
     rl_todo = [
         (e, s, v)
-        for v in args.variant
+        for v, v_envs in scoped
         for s in args.seeds
-        for e in envs
+        for e in v_envs
         if f"{e}/seed{s}" in results and f"{e}/seed{s}/{parse_variant(v)[0]}" not in results
     ]
     print(f"[{elapsed()}] {len(rl_todo)} RL run(s), {args.jobs} at a time", flush=True)

@@ -56,20 +56,22 @@ def test_save_load_round_trip(policy, tmp_path):
     torch.nn.init.normal_(critic.score.weight, std=0.1)
     critic.save_pretrained(tmp_path / "critic")
     ids, mask = _batch()
+    # a path means device "auto" (CUDA and bf16 on a GPU machine): these CPU tensors and
+    # float32 tolerances need the CPU
     with torch.no_grad():
         expected = critic_values(critic, ids, mask)
-        assert torch.allclose(critic_values(load_critic(tmp_path / "critic"), ids, mask), expected)
+        loaded = load_critic(tmp_path / "critic", device="cpu")
+        assert torch.allclose(critic_values(loaded, ids, mask), expected)
         # create_critic on a saved critic keeps its trained head
-        assert torch.allclose(
-            critic_values(create_critic(tmp_path / "critic"), ids, mask), expected
-        )
+        again = create_critic(tmp_path / "critic", device="cpu")
+        assert torch.allclose(critic_values(again, ids, mask), expected)
 
 
 def test_create_from_policy_folder(policy, tmp_path):
     model, tok = policy
     model.save_pretrained(tmp_path / "policy")
     tok.save_pretrained(tmp_path / "policy")
-    critic = create_critic(tmp_path / "policy")
+    critic = create_critic(tmp_path / "policy", device="cpu")  # a path alone means "auto"
     ids, mask = _batch()
     with torch.no_grad():
         assert torch.count_nonzero(critic_values(critic, ids, mask)) == 0

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 from test_visual_trico import _overrides
+from transformers.utils import is_torchvision_available
 
 from ragen.cli import main
 from ragen.engines.base import SamplingParams
@@ -46,7 +47,8 @@ def test_the_processor_loads_without_torchvision_and_saves_a_standard_folder(
 ):
     _, processor = qwen
     assert type(processor).__name__ == "Qwen2VLProcessor"  # transformers' name and behaviour
-    assert type(processor.image_processor).__name__ == "Qwen2VLImageProcessorPil"
+    if not is_torchvision_available():  # with it, transformers picks its torchvision twin
+        assert type(processor.image_processor).__name__ == "Qwen2VLImageProcessorPil"
     assert not hasattr(processor, "video_processor")
     with pytest.raises(ValueError, match="without its video processor"):
         processor(text=["<|video_pad|>"], videos=[np.zeros((2, 84, 84, 3), np.uint8)])
@@ -147,6 +149,31 @@ def test_older_hub_layouts_load_and_torchvision_gets_the_full_processor(
     monkeypatch.setattr(
         "transformers.AutoProcessor.from_pretrained", lambda src, **kw: calls.append(src)
     )
+    load_processor(str(tmp_path))
+    assert calls == [str(tmp_path)]
+
+
+def test_a_folder_without_a_video_processor_loads_image_only_where_torchvision_is(
+    qwen, tmp_path, monkeypatch
+):
+    """A folder saved by the image-only processor (the tiny models, checkpoints written
+    without torchvision) has no video processor config; ``AutoProcessor`` would raise
+    "Can't load video processor" where torchvision is installed (seen on a GPU machine),
+    so it loads image-only there too. A folder with a video processor config gets
+    ``AutoProcessor``."""
+    import ragen.models.vlm as vlm
+
+    _, processor = qwen
+    processor.save_pretrained(tmp_path)
+    calls = []
+    monkeypatch.setattr(vlm, "_torchvision_available", lambda: True)
+    monkeypatch.setattr(
+        "transformers.AutoProcessor.from_pretrained", lambda src, **kw: calls.append(src)
+    )
+    loaded = load_processor(str(tmp_path))
+    assert calls == [] and type(loaded).__name__ == "Qwen2VLProcessor"
+    assert _prompt(loaded, 1)[0] == _prompt(processor, 1)[0]
+    (tmp_path / "video_preprocessor_config.json").write_text("{}")
     load_processor(str(tmp_path))
     assert calls == [str(tmp_path)]
 

@@ -104,30 +104,39 @@ def _torchvision_available() -> bool:
 _PROCESSOR_OF_MODEL_TYPE = {"qwen2_vl": "Qwen2VLProcessor", "qwen2_5_vl": "Qwen2_5_VLProcessor"}
 
 
+def _config_path(source: str, name: str, **kwargs) -> str | None:
+    """The local path of file ``name`` of a folder or hub id (from the cache), or None."""
+    from transformers.utils import cached_file
+
+    return cached_file(
+        source,
+        name,
+        _raise_exceptions_for_missing_entries=False,
+        _raise_exceptions_for_connection_errors=False,
+        local_files_only=kwargs.get("local_files_only", False),
+    )
+
+
+def _read_config(source: str, name: str, **kwargs) -> dict:
+    """JSON file ``name`` of a folder or hub id; ``{}`` where it has none."""
+    import json
+    from pathlib import Path
+
+    path = _config_path(source, name, **kwargs)
+    return json.loads(Path(path).read_text(encoding="utf-8")) if path else {}
+
+
 def _processor_class_name(source: str, **kwargs) -> str | None:
     """The ``processor_class`` a folder or hub id names (``processor_config.json``, or the
     older ``preprocessor_config.json`` / ``tokenizer_config.json``), else the processor
     of its ``config.json`` model type, else ``None``."""
-    import json
-    from pathlib import Path
-
-    from transformers.utils import cached_file
-
-    def read(name: str) -> dict:
-        path = cached_file(
-            source,
-            name,
-            _raise_exceptions_for_missing_entries=False,
-            _raise_exceptions_for_connection_errors=False,
-            local_files_only=kwargs.get("local_files_only", False),
-        )
-        return json.loads(Path(path).read_text(encoding="utf-8")) if path else {}
-
     for name in ("processor_config.json", "preprocessor_config.json", "tokenizer_config.json"):
-        found = read(name).get("processor_class")
+        found = _read_config(source, name, **kwargs).get("processor_class")
         if found:
             return found
-    return _PROCESSOR_OF_MODEL_TYPE.get(read("config.json").get("model_type"))
+    return _PROCESSOR_OF_MODEL_TYPE.get(
+        _read_config(source, "config.json", **kwargs).get("model_type")
+    )
 
 
 def image_only_processor_class(name: str = "Qwen2VLProcessor"):
@@ -136,8 +145,11 @@ def image_only_processor_class(name: str = "Qwen2VLProcessor"):
     template, built and loaded without torchvision.
 
     The class keeps transformers' name so that ``save_pretrained`` writes a standard
-    folder (``processor_class: Qwen2VLProcessor``) that ``AutoProcessor`` loads where
-    torchvision is installed. Videos are not supported (``videos=`` raises)."""
+    folder (``processor_class: Qwen2VLProcessor``). That folder has no video processor
+    config, which ``AutoProcessor`` demands where torchvision is installed, so
+    :func:`load_processor` loads it with this class there too (transformers 5.17 on an
+    H200 machine with torchvision raised "Can't load video processor" before).
+    Videos are not supported (``videos=`` raises)."""
     import transformers
     from transformers.processing_utils import ProcessorMixin
 
@@ -160,7 +172,9 @@ def image_only_processor_class(name: str = "Qwen2VLProcessor"):
         if videos is not None:
             raise ValueError(
                 f"this {name} was loaded without its video processor (torchvision is not "
-                "installed): it takes images only. Fix: pip install torchvision for videos"
+                "installed, or its folder has no video processor config): it takes images "
+                "only. Fix: pip install torchvision and load a folder saved with the video "
+                "processor (e.g. the hub's) for videos"
             )
         return base.__call__(self, images=images, text=text, **kwargs)
 
@@ -175,16 +189,31 @@ _IMAGE_ONLY: dict[str, type] = {}
 
 
 def load_processor(source: str, **kwargs):
-    """``AutoProcessor.from_pretrained(source)``; for a Qwen2-VL-family folder where
-    torchvision is missing, the same processor without videos
-    (:func:`image_only_processor_class`) instead of transformers' ImportError/OSError."""
+    """``AutoProcessor.from_pretrained(source)``; for a Qwen2-VL-family folder that cannot
+    give the video processor ``AutoProcessor`` would build (torchvision is missing, or the
+    folder holds no video processor config, as one saved by the image-only class), the
+    same processor without videos (:func:`image_only_processor_class`) instead of
+    transformers' ImportError/OSError."""
     from transformers import AutoProcessor
 
-    # with torchvision, transformers builds the whole processor itself
-    name = None if _torchvision_available() else _processor_class_name(source, **kwargs)
-    if name in VIDEO_PROCESSOR_FAMILIES:
+    name = _processor_class_name(source, **kwargs)
+    if name in VIDEO_PROCESSOR_FAMILIES and not (
+        _torchvision_available() and _has_video_processor_config(source, **kwargs)
+    ):
         return image_only_processor_class(name).from_pretrained(source, **kwargs)
     return AutoProcessor.from_pretrained(source, **kwargs)
+
+
+def _has_video_processor_config(source: str, **kwargs) -> bool:
+    """Whether ``source`` holds what transformers' video processor loads from: a
+    ``video_preprocessor_config.json``, a ``processor_config.json`` with a
+    ``video_processor`` entry, or the older shared ``preprocessor_config.json``."""
+    if "video_processor" in _read_config(source, "processor_config.json", **kwargs):
+        return True
+    return any(
+        _config_path(source, name, **kwargs)
+        for name in ("video_preprocessor_config.json", "preprocessor_config.json")
+    )
 
 
 def image_token_id(processor: Any) -> int:
