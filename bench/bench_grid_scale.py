@@ -16,7 +16,8 @@ Two phases, each a pool of single-threaded processes (``--jobs`` at a time; on a
 they share the card, which a 1M-parameter model leaves mostly idle):
 
 1. **Warm starts**, one per (env, seed): the demo's pipeline (``ragen.demo``, budget
-   ``full``): a tiny:nano model per seed, SFT on 2,048 noisy expert episodes, then the
+   ``full``): a tiny:nano model per seed, SFT on 2,048 noisy expert episodes (``--size``,
+   ``--sft-episodes``, ``--sft-epochs``, ... change that; use a new ``--out``), then the
    warm start's success on ``--eval-episodes`` held-out validation states (one episode
    each, temperature 0.5, the demo's rollout settings, float32; the same states and
    sampling seed for every model of an env and seed, so gains are paired state by state).
@@ -53,7 +54,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.bench_reasoning import _curves, _fmt, _Run
+from bench.bench_reasoning import (
+    _curves,
+    _fmt,
+    _Run,
+    add_warm_start_arguments,
+    warm_start_budget,
+)
 from bench.bench_rl_levers import (
     paired_columns,
     parse_variant,
@@ -212,8 +219,9 @@ def table(results: dict[str, Any]) -> str:
 
 
 def plot(results: dict[str, Any], path: Path) -> Path:
-    """Training success per RL step (mean over seeds), one panel per env, one line per
-    variant; the warm starts' held-out success as a dotted line."""
+    """Training success per RL step (mean over seeds, up to the last step every seed
+    reached), one panel per env, one line per variant; the warm starts' held-out success
+    as a dotted line."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -229,8 +237,10 @@ def plot(results: dict[str, Any], path: Path) -> Path:
                 for r in runs
                 if (r["env"], r["variant"]) == (env, variant)
             ]
-            steps = sorted(set().union(*[s.keys() for s in series]))
-            ys = [statistics.mean([s[t] for s in series if t in s]) for t in steps]
+            # the steps every seed reached: a mean over fewer seeds where a time-boxed
+            # run stopped early would jump to those seeds' level
+            steps = sorted(set.intersection(*[set(s) for s in series]))
+            ys = [statistics.mean(s[t] for s in series) for t in steps]
             ax.plot(steps, ys, label=f"{variant} ({len(series)} seeds)", color=f"C{k}")
         warm = [
             r["warm start"]["success_rate"]
@@ -268,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-episodes", type=int, default=512)
     p.add_argument("--jobs", type=int, default=2, help="processes side by side, one thread each")
     p.add_argument("--budget", choices=sorted(BUDGETS), default="full")
+    add_warm_start_arguments(p)  # --size, --sft-episodes, ...: a warm start per --out
     p.add_argument(
         "--finish-by",
         type=float,
@@ -294,9 +305,8 @@ def main(argv: list[str] | None = None) -> int:
     scoped = [scoped_variant(v, envs) for v in args.variant]
     for v, _ in scoped:
         parse_variant(v)  # fail before any job starts
-    budget = dataclasses.replace(
-        BUDGETS[args.budget], reasoning=FORMAT, extra=[*BUDGETS[args.budget].extra, *args.extra]
-    )
+    base = warm_start_budget(BUDGETS[args.budget], args)
+    budget = dataclasses.replace(base, reasoning=FORMAT, extra=[*base.extra, *args.extra])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results_path = out / "results.json"

@@ -268,17 +268,10 @@ def _worker(
     return run_job(out, budget, env, fmt, seed, variants)
 
 
-def main(argv: list[str] | None = None) -> int:
-    from ragen.agent.reasoning import REASONING_FORMATS
-    from ragen.models.tiny import create_tiny
-
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default="runs/bench_reasoning")
-    p.add_argument("--env", action="append", choices=sorted(SUCCESS_REWARD))
-    p.add_argument("--format", action="append", choices=REASONING_FORMATS)
-    p.add_argument("--variant", action="append", choices=VARIANTS)
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--budget", choices=sorted(BUDGETS), default="full")
+def add_warm_start_arguments(p: argparse.ArgumentParser) -> None:
+    """The options that change the warm start (model size, SFT data and schedule,
+    observation format); :func:`warm_start_budget` applies them. Warm starts are kept
+    per ``--out`` folder, so each combination needs its own."""
     p.add_argument("--observation-format", default="grid", choices=("grid", "coord", "grid_coord"))
     p.add_argument(
         "--size",
@@ -302,18 +295,11 @@ def main(argv: list[str] | None = None) -> int:
         help="share of the expert's moves replaced by random ones in the SFT data (default: "
         "the budget's 0.1 on the grids); use a separate --out",
     )
-    p.add_argument("--jobs", type=int, default=2, help="jobs side by side, one thread each")
-    p.add_argument(
-        "--redo",
-        action="store_true",
-        help="re-run the given variants of jobs already in results.json (the warm start is "
-        "reused and re-evaluated; other variants' results are kept)",
-    )
-    args = p.parse_args(argv)
-    envs = args.env or ["frozen_lake", "sokoban"]
-    formats = args.format or ["free_think", "grounding_world_modeling"]
-    variants = args.variant or list(VARIANTS)
-    budget = dataclasses.replace(BUDGETS[args.budget], observation_format=args.observation_format)
+
+
+def warm_start_budget(budget: Budget, args: argparse.Namespace) -> Budget:
+    """``budget`` with the options of :func:`add_warm_start_arguments` applied."""
+    budget = dataclasses.replace(budget, observation_format=args.observation_format)
     if args.size:
         budget = dataclasses.replace(budget, tiny_size=args.size)
     if args.sft_episodes:
@@ -326,6 +312,33 @@ def main(argv: list[str] | None = None) -> int:
     if args.sft_epsilon is not None:
         eps = {env: args.sft_epsilon for env in SUCCESS_REWARD}
         budget = dataclasses.replace(budget, sft_epsilon={**budget.sft_epsilon, **eps})
+    return budget
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ragen.agent.reasoning import REASONING_FORMATS
+    from ragen.models.tiny import create_tiny
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default="runs/bench_reasoning")
+    p.add_argument("--env", action="append", choices=sorted(SUCCESS_REWARD))
+    p.add_argument("--format", action="append", choices=REASONING_FORMATS)
+    p.add_argument("--variant", action="append", choices=VARIANTS)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--budget", choices=sorted(BUDGETS), default="full")
+    add_warm_start_arguments(p)
+    p.add_argument("--jobs", type=int, default=2, help="jobs side by side, one thread each")
+    p.add_argument(
+        "--redo",
+        action="store_true",
+        help="re-run the given variants of jobs already in results.json (the warm start is "
+        "reused and re-evaluated; other variants' results are kept)",
+    )
+    args = p.parse_args(argv)
+    envs = args.env or ["frozen_lake", "sokoban"]
+    formats = args.format or ["free_think", "grounding_world_modeling"]
+    variants = args.variant or list(VARIANTS)
+    budget = warm_start_budget(BUDGETS[args.budget], args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results_path = out / "results.json"
