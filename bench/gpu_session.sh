@@ -14,7 +14,9 @@
 #        (measured on an H200 already: not in the default stages)
 # grid   grid RL at 16x the demo's episodes per update (bench.bench_grid_scale),
 #        time-boxed to end SECONDS after this script started; $GRID_VARIANTS and
-#        $GRID_ENVS override what runs (docs/RESULTS.md, "GPU: 16x the episodes ...")
+#        $GRID_ENVS override what runs (docs/RESULTS.md, "GPU: 16x the episodes ..."),
+#        $GRID_ARGS adds options (e.g. "--size micro --sft-episodes 8192" for other warm
+#        starts) and $GRID_OUT moves the run folder (default runs/grid_scale)
 #
 # Logs stream into OUT_DIR; results and the RL runs' metrics are packed there at the end.
 # Runs in the repository root with the machine's own python3 (torch with CUDA); Python
@@ -33,6 +35,8 @@ OUT_DIR=${1:-${OUT:-runs/gpu}}
 BUDGET_S=${2:-560}
 STAGES=${STAGES:-smoke tests grid}
 GRID_ENVS=${GRID_ENVS:---env frozen_lake --env sokoban}
+GRID_ARGS=${GRID_ARGS:-}
+GRID_OUT=${GRID_OUT:-runs/grid_scale}
 X16_ALL=groups=64,group_size=16,steps=40,algo.filter.value=1.0
 GRID_VARIANTS=${GRID_VARIANTS:---variant x16-all@sokoban:$X16_ALL,algo.ppo_mini_batch_size=768 \
     --variant x16-all-1opt@frozen_lake:$X16_ALL,algo.ppo_mini_batch_size=10240}
@@ -83,18 +87,18 @@ fi
 if has grid; then
     say "grid RL at scale -> grid.log"
     # shellcheck disable=SC2086 # the variant and env lists are word lists on purpose
-    python3 -m bench.bench_grid_scale --out runs/grid_scale $GRID_ENVS --seeds 0 1 2 \
+    python3 -m bench.bench_grid_scale --out "$GRID_OUT" $GRID_ENVS $GRID_ARGS --seeds 0 1 2 \
         --eval-episodes 512 --jobs 6 --finish-by $((BUDGET_S - 25 - SECONDS)) \
         --eval-reserve 60 --extra trainer.bf16=false --extra algo.micro_token_budget=32768 \
         $GRID_VARIANTS > "$OUT_DIR/grid.log" 2>&1
     grep -E "^\[[0-9]|^\||FAIL|Traceback|Error" "$OUT_DIR/grid.log" | grep -v -i warn
-    tar czf "$OUT_DIR/results.tgz" runs/grid_scale/results.json runs/grid_scale/scale.md \
-        runs/grid_scale/curves.png \
-        $(find runs/grid_scale -name metrics.jsonl -o -name config.yaml | grep -v checkpoints) \
+    tar czf "$OUT_DIR/results.tgz" "$GRID_OUT"/results.json "$GRID_OUT"/scale.md \
+        "$GRID_OUT"/curves.png \
+        $(find "$GRID_OUT" -name metrics.jsonl -o -name config.yaml | grep -v checkpoints) \
         2>/dev/null
     # FrozenLake's warm starts and final RL actors, for move-by-move grading on a CPU
     # later (bench.bench_lake_moves); about 4.7 MB per nano model, 15 MB per file back
-    find runs/grid_scale/frozen_lake -path '*/checkpoints/step_*/actor' -o -path '*/sft' \
+    find "$GRID_OUT"/frozen_lake -path '*/checkpoints/step_*/actor' -o -path '*/sft' \
         -type d | sort | tar czf /tmp/models.tgz -T - 2>/dev/null
     split -b 15m /tmp/models.tgz "$OUT_DIR/models.tgz." 2>/dev/null
 fi
