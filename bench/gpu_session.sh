@@ -26,10 +26,15 @@
 # the cores ran 1,024-episode steps at 12-43 s, 3 processes at 6 s; so the grid stage runs
 # one process per (env, seed, variant), six at most.
 #
-# Default grid runs (docs/RESULTS.md, "Which of the three changes ..."): Sokoban's
-# x16-all (1,024 episodes per step, every group, 6-7 optimizer steps), never run past
-# 5 steps, and FrozenLake's x16-all-1opt (the same batch, one optimizer step), which
-# tells whether the +12.2 of x16-all needs its extra optimizer steps at 16x.
+# Default grid runs: Sokoban's x16-all and FrozenLake's x16-all-1opt (run by the second
+# session, docs/RESULTS.md "A second H200 session": Sokoban +0.8 in 26-27 steps, so RL
+# size is not its lever). What the evidence leaves for a next session is Sokoban's warm
+# start: 4x the SFT data (about 4 minutes of SFT on the H200), then x16-all for what is
+# left, and the test suite (the VLM processor fix is not yet verified on the GPU's
+# transformers 5.17 with torchvision):
+#   GRID_ENVS="--env sokoban" GRID_OUT=runs/grid_scale_sk4x GRID_ARGS="--sft-episodes 8192" \
+#     GRID_VARIANTS="--variant x16-all:groups=64,group_size=16,steps=40,algo.filter.value=1.0,algo.ppo_mini_batch_size=768" \
+#     bash bench/gpu_session.sh "$OUT" 575
 set -u
 OUT_DIR=${1:-${OUT:-runs/gpu}}
 BUDGET_S=${2:-560}
