@@ -21,6 +21,8 @@ import dataclasses
 import json
 from pathlib import Path
 
+from ragen.envs.facts import OBSERVATION_FORMATS
+
 
 def model_path(path: str) -> str:
     """An HF model folder as is; a ``ragen train`` run folder: its newest actor."""
@@ -80,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--observation-format",
         default="grid",
-        choices=("grid", "coord", "grid_coord"),
+        choices=OBSERVATION_FORMATS,
         help="the grids' observation format the models were trained on",
     )
     p.add_argument("--out", default=None, help="write {model: success} as JSON here")

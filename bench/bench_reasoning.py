@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from ragen.demo import BUDGETS, ENV_SHAPE, Budget, Demo, exit_with_parent
+from ragen.envs.facts import OBSERVATION_FORMATS
 
 VARIANTS = ("outcome", "reasoning")
 SUCCESS_REWARD = {"frozen_lake": 1.0, "sokoban": 10.0}  # the envs' reward for solving
@@ -272,7 +273,7 @@ def add_warm_start_arguments(p: argparse.ArgumentParser) -> None:
     """The options that change the warm start (model size, SFT data and schedule,
     observation format); :func:`warm_start_budget` applies them. Warm starts are kept
     per ``--out`` folder, so each combination needs its own."""
-    p.add_argument("--observation-format", default="grid", choices=("grid", "coord", "grid_coord"))
+    p.add_argument("--observation-format", default="grid", choices=OBSERVATION_FORMATS)
     p.add_argument(
         "--size",
         default=None,
