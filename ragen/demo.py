@@ -113,6 +113,12 @@ class Budget:
     sft_epsilon: dict[str, float] = field(
         default_factory=lambda: {"bandit": 1.0, "frozen_lake": 0.1, "sokoban": 0.1}
     )
+    # what SFT targets are: the solver's move in every visited state ("expert"; the
+    # noise above picks the states, never the labels), or the move played ("played": the
+    # bandit's random arms, so its warm start learns the format alone)
+    sft_labels: dict[str, str] = field(
+        default_factory=lambda: {"bandit": "played", "frozen_lake": "expert", "sokoban": "expert"}
+    )
     rl_steps: dict[str, int] = field(
         default_factory=lambda: {"bandit": 40, "frozen_lake": 40, "sokoban": 40}
     )
@@ -274,6 +280,7 @@ class Demo:
             rollout=shape.rollout(b, env),
             episodes=b.sft_episodes[env],
             epsilon=b.sft_epsilon[env],
+            labels=b.sft_labels.get(env, "expert"),
             epochs=b.sft_epochs,
             actions_per_turn=shape.actions_per_turn,
             seed=self.seed,

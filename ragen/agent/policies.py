@@ -130,8 +130,10 @@ class _ActionPolicy(Policy):
         for r in requests:
             rng = random.Random(derive_seed(self.name, self.seed, r.rng_seed))
             n = max(1, min(self.actions_per_turn, r.max_actions))
-            actions = self.choose(r.env, n, rng)
-            outputs.append(PolicyOutput(text=self.reply(r, actions), info={"actions": actions}))
+            actions, info = self.pick(r.env, n, rng)
+            outputs.append(
+                PolicyOutput(text=self.reply(r, actions), info={"actions": actions, **info})
+            )
         return outputs
 
     def reply(self, request: TurnRequest, actions: list[str]) -> str:
@@ -151,6 +153,11 @@ class _ActionPolicy(Policy):
             plan=self.plan(actions),
             prediction=format_facts(env.predict_facts(actions)) if "prediction" in sections else "",
         )
+
+    def pick(self, env: Env, n: int, rng: random.Random) -> tuple[list[str], dict[str, Any]]:
+        """``(actions, info)``: :meth:`choose`'s actions and what the output's ``info``
+        should say about them."""
+        return self.choose(env, n, rng), {}
 
     @abstractmethod
     def choose(self, env: Env, n: int, rng: random.Random) -> list[str]: ...
@@ -205,21 +212,66 @@ class OraclePolicy(_ActionPolicy):
         super().__init__(actions_per_turn, seed, tokenizer)
         self.epsilon = float(epsilon)
 
-    def choose(self, env: Env, n: int, rng: random.Random) -> list[str]:
+    def pick(self, env: Env, n: int, rng: random.Random) -> tuple[list[str], dict[str, Any]]:
+        """The actions and ``expert_label``: whether every one is the solver's own (no
+        noise, no random fallback where the solver has no answer)."""
         sim = env if n == 1 else copy.deepcopy(env)  # never step the real env
         actions: list[str] = []
+        expert = True
         for k in range(n):
             action = sim.oracle_action()
             if action is None or (self.epsilon > 0 and rng.random() < self.epsilon):
                 action = _random_action(sim, rng)
+                expert = False
             actions.append(str(action))
             if k + 1 < n:
                 _, _, terminated, truncated, _ = sim.step(action)
                 if terminated or truncated:
                     break
-        return actions
+        return actions, {"expert_label": expert}
+
+    def choose(self, env: Env, n: int, rng: random.Random) -> list[str]:
+        return self.pick(env, n, rng)[0]
 
     def thought(self, actions: list[str]) -> str:
         if len(actions) == 1:
             return f"The best next action from this state is {actions[0]}."
         return f"The best next actions from this state are {', '.join(actions)}."
+
+
+class RelabeledPolicy(Policy):
+    """Visit states with one policy, answer them with another: DAgger's data.
+
+    ``behavior`` (a noisy oracle, the random policy, or the learner itself) chooses the
+    actions that run; ``label`` (the oracle) writes the reply that is recorded, i.e. the
+    training target for the state the episode is in. So a warm start sees the states its
+    own (or a noisy expert's) mistakes lead to, and is taught the expert's move there;
+    a random move is never a target (Ross et al., 2011).
+
+    The recorded reply differs from the actions that ran, so the next state follows the
+    behavior's move, not the reply's: only per-turn samples that show the current state
+    alone (``rollout.context_window=0``) are consistent training data, and ``ragen sft``
+    refuses any other window. ``info["expert_label"]`` is False where the label policy
+    had no expert answer (say, a Sokoban room the behavior made unsolvable); such turns
+    are dropped from the data.
+    """
+
+    name = "relabeled"
+
+    def __init__(self, label: Policy, behavior: Policy) -> None:
+        self.label, self.behavior = label, behavior
+        self.tokenizer = label.tokenizer
+
+    def act(self, requests: list[TurnRequest], params: SamplingParams) -> list[PolicyOutput]:
+        from .reasoning import parse_reply
+
+        labels = self.label.act(requests, params)  # before any env moves: same states
+        moves = self.behavior.act(requests, params)
+        for request, label, move in zip(requests, labels, moves):
+            executed = move.info.get("actions")
+            if executed is None:  # a model: its reply's actions (none if malformed)
+                parsed = parse_reply(move.text, request.reasoning, request.separator)
+                executed = parsed.actions if parsed.format_ok else []
+            label.info = {**label.info, "execute": list(executed)}
+            label.info.setdefault("expert_label", True)
+        return labels

@@ -415,6 +415,8 @@ def _read_reply(
     parsed = parse_reply(_cut_at_stop(text, out.finish_reason), config.reasoning, config.separator)
     budget = min(config.max_actions_per_turn, _actions_left(ep, config))
     executed = parsed.actions[:budget] if parsed.format_ok else []
+    if "execute" in out.info:  # a relabeling policy (SFT data): the reply is the label of
+        executed = [str(a) for a in out.info["execute"]][:budget]  # the state; these run
     # scored against the state the reply answered, before any action runs
     scores = _score_reasoning(env, parsed, config.reasoning, executed)
     potential = env.progress_potential() if config.progress_reward > 0 else 0.0
@@ -509,6 +511,10 @@ def _record_turn(
                 "reasoning_scores": scores.as_dict(),
                 "reasoning_reward": reasoning_reward,
                 **({"progress_reward": progress} if config.progress_reward > 0 else {}),
+                # False where a relabeling policy had no expert label for the state
+                **(
+                    {"expert_label": out.info["expert_label"]} if "expert_label" in out.info else {}
+                ),
             },
         )
     )

@@ -214,3 +214,29 @@ def token_logprobs(model, input_ids, attention_mask=None, temperature: float = 1
     get arbitrary values; mask them). Gradients flow when called outside ``no_grad``.
     """
     return sequence_logprobs(model, input_ids, attention_mask, temperature)[0]
+
+
+def wanted_logits(model, input_ids, attention_mask, positions):
+    """Logits of the distributions that predict the wanted tokens, and those tokens.
+
+    ``positions``: ``(B, T)`` mask of wanted tokens (column 0 is never predicted).
+    Returns ``logits`` ``(N, V)`` float32 (N = wanted tokens, row-major) and ``targets``
+    ``(N,)``. On a plain-head model the LM head runs on the N hidden states alone.
+    """
+    import torch
+
+    position_ids = position_ids_from_mask(attention_mask)
+    want = positions[:, 1:].bool()  # (B, T-1): column c predicts token c + 1
+    targets = input_ids[:, 1:][want]
+    split = split_head(model)
+    if split is None:
+        logits = model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=False,
+        ).logits[:, :-1]
+        return logits[want].float(), targets
+    backbone, head = split
+    hidden = backbone_hidden(backbone, input_ids, attention_mask, position_ids, 0)[:, :-1]
+    return head(hidden[want]).to(torch.float32), targets

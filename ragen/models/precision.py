@@ -36,3 +36,17 @@ def cpu_autocast(enabled: bool):
     if enabled and cpu_bf16_supported():
         return torch.autocast("cpu", dtype=torch.bfloat16)
     return contextlib.nullcontext()
+
+
+def autocast_for(device, enabled: bool):
+    """bf16 autocast for ``device`` (a ``torch.device``): CUDA always has it, a CPU only
+    with bf16 instructions (:func:`cpu_autocast`); a no-op context when ``enabled`` is
+    False or the device has no bf16 arithmetic. Weights, gradients and optimizer state
+    stay in their own dtype (float32)."""
+    import torch
+
+    if enabled and getattr(device, "type", str(device)) == "cuda" and torch.cuda.is_available():
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    if getattr(device, "type", str(device)) == "cpu":
+        return cpu_autocast(enabled)
+    return contextlib.nullcontext()

@@ -43,6 +43,23 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--epsilon", type=float, default=0.0, help="fraction of expert actions made random"
     )
+    p.add_argument(
+        "--labels",
+        choices=("expert", "played"),
+        default="expert",
+        help="targets: the solver's move in every visited state (expert; with --epsilon "
+        "the noise picks the states only, and --context-window 0 is needed) or the move "
+        "that was played, random or not (played)",
+    )
+    p.add_argument(
+        "--heldout-episodes",
+        type=int,
+        default=0,
+        help="expert episodes kept apart whose loss and accuracy are reported after every epoch",
+    )
+    p.add_argument(
+        "--warmup-frac", type=float, default=0.0, help="linear LR warm-up share of the steps"
+    )
     p.add_argument("--actions-per-turn", type=int, default=1, help="expert actions per response")
     p.add_argument("--epochs", type=int, default=2, help="passes over the expert data")
     p.add_argument("--batch-size", type=int, default=32, help="sequences per optimizer step")
@@ -76,6 +93,9 @@ def run(args: argparse.Namespace) -> int:
         rollout=rollout_from_args(args, seed=args.seed),
         episodes=args.episodes,
         epsilon=args.epsilon,
+        labels=args.labels,
+        heldout_episodes=args.heldout_episodes,
+        warmup_frac=args.warmup_frac,
         actions_per_turn=args.actions_per_turn,
         epochs=args.epochs,
         batch_size=args.batch_size,

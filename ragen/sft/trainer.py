@@ -28,6 +28,9 @@ from ragen.models.loading import quiet_transformers
 from ragen.trainer.batching import TrainingBatch, collate, micro_batches
 
 SFT_SEED_STEP = 10_000_000  # the training-seed step SFT's expert episodes start from
+SFT_HELDOUT_STEP = 10_000_001  # ... and the step of the held-out slice (never trained on)
+SFT_LABELS = ("expert", "played")
+BUDGET_PROBE_STEPS = 20  # optimizer steps timed before a time budget shortens the schedule
 
 
 @dataclass
@@ -39,7 +42,15 @@ class SFTConfig:
     # env_groups/group_size/sampling knobs are unused here)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     episodes: int = 512  # expert episodes generated
-    epsilon: float = 0.0  # fraction of expert actions replaced by random valid ones
+    # fraction of the moves played while generating that are random instead of the
+    # expert's: the states visited then include the mistakes a learner makes
+    epsilon: float = 0.0
+    # what a turn is trained to answer. "expert": the solver's move in the state the
+    # episode is in, whatever was played (DAgger's labels; a random move is never a
+    # target; needs rollout.context_window=0 when epsilon > 0, since the recorded reply
+    # then differs from the move that ran). "played": the move that ran, random or not
+    # (teaches the reply format alone when epsilon is 1, as the bandit's warm start does)
+    labels: str = "expert"
     actions_per_turn: int = 1  # expert actions per response (<= rollout.max_actions_per_turn)
     seed: int = 0
     epochs: int = 2
@@ -50,7 +61,17 @@ class SFTConfig:
     # more seeds (docs/RESULTS.md, "Rollout and update speed")
     micro_token_budget: int = 16384
     lr: float = 5e-4
+    # linear warm-up over this fraction of the optimizer steps, then cosine decay to 10%
+    warmup_frac: float = 0.0
     weight_decay: float = 0.0
+    # expert episodes (from validation-disjoint training states, apart from the training
+    # data) whose loss and per-token accuracy are measured after every epoch: does the
+    # warm start fit what it was taught? 0 = no held-out slice
+    heldout_episodes: int = 0
+    # wall-clock budget of the optimizer steps (None: every epoch): after the first
+    # steps the schedule is shortened to the steps that fit, so warm-up and decay still
+    # run their course
+    max_seconds: float | None = None
     lora_rank: int = 0  # 0 = full fine-tuning
     lora_alpha: int = 16
     only_successful: bool = False  # keep only episodes the (noisy) expert solved
@@ -73,37 +94,78 @@ class SFTConfig:
         for name in ("episodes", "epochs", "batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.labels not in SFT_LABELS:
+            raise ConfigError(
+                f"labels={self.labels!r} is not one of {', '.join(SFT_LABELS)}. Fix: labels=expert "
+                "(the solver's move in every visited state) or labels=played (the move that ran)"
+            )
+        if self.labels == "expert" and self.epsilon > 0 and self.rollout.context_window != 0:
+            raise ConfigError(
+                f"labels=expert with epsilon={self.epsilon} needs rollout.context_window=0: "
+                "each turn's reply is the expert's move while a random move may have run, so "
+                "a sample that shows earlier replies would show moves that did not happen. "
+                "Fix: context_window=0 (the current state alone), or labels=played"
+            )
+        if not 0.0 <= self.warmup_frac < 1.0:
+            raise ConfigError(f"warmup_frac must be in [0, 1), got {self.warmup_frac}")
+        if self.max_seconds is not None and not 0 < self.max_seconds < float("inf"):
+            raise ConfigError(f"max_seconds must be null or a number > 0, got {self.max_seconds}")
+        if self.heldout_episodes < 0:
+            raise ConfigError(f"heldout_episodes must be >= 0, got {self.heldout_episodes}")
 
 
-def make_expert_data(tokenizer, cfg: SFTConfig, split: str = "train") -> list[Trajectory]:
+def make_expert_data(
+    tokenizer, cfg: SFTConfig, split: str = "train", behavior=None
+) -> list[Trajectory]:
     """Oracle rollouts (with ``epsilon`` noise) as token-exact samples, on training states
-    (``split="train"``, what SFT trains on) or on the held-out validation states
-    (``split="validation"``: expert answers to probe a model on states it never saw;
-    never train on these)."""
-    if split not in ("train", "validation"):
-        raise UsageError(f"split must be train or validation, got {split!r}")
+    (``split="train"``, what SFT trains on), on other training states kept apart from
+    them (``split="heldout"``: the slice that measures fit, ``cfg.heldout_episodes``
+    episodes) or on the held-out validation states (``split="validation"``: expert
+    answers to probe a model on states it never saw; never train on these).
+
+    With ``cfg.labels == "expert"`` every target is the solver's move in the state the
+    episode is in (:class:`~ragen.agent.policies.RelabeledPolicy`): the noisy expert, or
+    ``behavior`` (a :class:`~ragen.agent.policies.Policy`, e.g. the learner: DAgger),
+    picks the moves that run; turns the solver cannot answer are dropped.
+    """
+    if split not in ("train", "heldout", "validation"):
+        raise UsageError(f"split must be train, heldout or validation, got {split!r}")
     cfg.validate()
     from ragen.agent.env_manager import EnvStateManager
-    from ragen.agent.policies import OraclePolicy
+    from ragen.agent.policies import OraclePolicy, RelabeledPolicy
     from ragen.agent.rollout import run_rollout
 
+    episodes = cfg.heldout_episodes if split == "heldout" else cfg.episodes
+    if episodes < 1:
+        raise UsageError(f"no {split} episodes to make (heldout_episodes={episodes})")
     manager = EnvStateManager(
-        cfg.env, dict(cfg.env_config), env_groups=cfg.episodes, group_size=1, seed=cfg.seed
+        cfg.env, dict(cfg.env_config), env_groups=episodes, group_size=1, seed=cfg.seed
     )
+    relabel = cfg.labels == "expert" and (cfg.epsilon > 0 or behavior is not None)
+    if behavior is not None and not relabel:
+        raise UsageError("a behavior policy needs labels=expert (its moves are not targets)")
     policy = OraclePolicy(
         actions_per_turn=cfg.actions_per_turn,
-        epsilon=cfg.epsilon,
+        epsilon=0.0 if relabel else cfg.epsilon,
         seed=cfg.seed,
         tokenizer=tokenizer,
     )
-    # SFT episodes are training states (never validation states), drawn as a step that
+    if relabel:
+        if behavior is None:
+            behavior = OraclePolicy(cfg.actions_per_turn, cfg.epsilon, seed=cfg.seed + 1)
+        policy = RelabeledPolicy(label=policy, behavior=behavior)
+    # SFT episodes are training states (never validation states), drawn as steps that
     # no RL run reaches
     if split == "train":
         seeds = manager.seeds_for_step(SFT_SEED_STEP)
+    elif split == "heldout":
+        seeds = manager.seeds_for_step(SFT_HELDOUT_STEP)
     else:
-        seeds = manager.validation_seeds(cfg.episodes)
+        seeds = manager.validation_seeds(episodes)
     result = run_rollout(policy, manager, replace(cfg.rollout, seed=cfg.seed), seeds)
     data = [t for t in result.trajectories if t.num_response_tokens > 0]
+    if relabel:  # drop the turns the solver had no answer for (their reply is random)
+        data = [t for t in data if _expert_labelled(t)]
     if cfg.only_successful:
         data = [t for t in data if t.success]
     if not data:
@@ -112,6 +174,13 @@ def make_expert_data(tokenizer, cfg: SFTConfig, split: str = "train") -> list[Tr
             f"{cfg.episodes} episodes. Fix: only_successful=false, or a lower epsilon"
         )
     return data
+
+
+def _expert_labelled(t: Trajectory) -> bool:
+    """Whether every reply in sample ``t`` is the solver's own answer to its state."""
+    windowed = t.reward_from_turn is not None  # one turn's reply per sample
+    turns = t.turns[t.turn_index : t.turn_index + 1] if windowed else t.turns
+    return all(turn.info.get("expert_label", True) for turn in turns)
 
 
 def sft_loss(model, batch: TrainingBatch, processor=None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -138,8 +207,25 @@ def sft_loss(model, batch: TrainingBatch, processor=None) -> tuple[torch.Tensor,
     return -(log_prob * mask).sum(), mask[:, 1:].sum()
 
 
-def train_sft(model, tokenizer, data: list[Trajectory], cfg: SFTConfig, log=print) -> list[dict]:
-    """Train ``model`` in place on ``data``; returns per-step metrics."""
+def train_sft(
+    model,
+    tokenizer,
+    data: list[Trajectory],
+    cfg: SFTConfig,
+    log=print,
+    heldout: list[Trajectory] | None = None,
+    on_epoch=None,
+) -> list[dict]:
+    """Train ``model`` in place on ``data``; returns per-step metrics.
+
+    ``heldout``: expert samples never trained on; after every epoch their loss and
+    accuracy (:func:`sft_fit`) join that epoch's last record as ``heldout_*``, and the
+    training data's own are measured on a same-sized slice of it (``train_*``), so a
+    warm start that does not fit what it was taught shows it. ``on_epoch(model,
+    tokenizer, epoch)``
+    may return more metrics for that record (say, success on the SFT states).
+    """
+    from ragen.models.precision import autocast_for
     from ragen.models.vlm import is_processor, text_tokenizer
 
     device = next(model.parameters()).device
@@ -152,15 +238,31 @@ def train_sft(model, tokenizer, data: list[Trajectory], cfg: SFTConfig, log=prin
     order = list(range(len(data)))
     steps_per_epoch = math.ceil(len(data) / cfg.batch_size)
     total = steps_per_epoch * cfg.epochs
-    # cosine decay keeps the last epochs from undoing the format the first ones learned
+    plan = {"total": total}  # shortened once when a time budget will not fit every step
     sched = torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        lambda s: 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(s, total) / max(total, 1))),
+        optimizer, lambda s: sft_lr_factor(s, plan["total"], cfg.warmup_frac)
     )
-    from ragen.models.precision import cpu_autocast
-
-    autocast = cpu_autocast(cfg.bf16 and device.type == "cpu")
+    autocast = autocast_for(device, cfg.bf16)
+    if heldout and processor is not None:
+        raise UsageError("held-out fit is measured for text models only (no pixels)")
+    probe_train = rng.sample(data, min(len(data), len(heldout))) if heldout else None
     history = []
+
+    def epoch_end(epoch: int) -> None:
+        if not history or not (heldout or on_epoch is not None):
+            return
+        model.eval()
+        extra: dict = {}
+        if heldout:
+            for name, rows in (("heldout", heldout), ("train", probe_train)):
+                fit = sft_fit(model, rows, pad_id, cfg.micro_token_budget)
+                extra.update({f"{name}_{k}": v for k, v in fit.items()})
+        if on_epoch is not None:
+            extra.update(on_epoch(model, tokenizer, epoch) or {})
+        history[-1].update(extra)
+        log(f"sft epoch {epoch}: " + ", ".join(f"{k} {v:.4f}" for k, v in extra.items()))
+        model.train()
+
     model.train()
     step = 0
     tic = time.perf_counter()
@@ -190,22 +292,86 @@ def train_sft(model, tokenizer, data: list[Trajectory], cfg: SFTConfig, log=prin
                 "elapsed_s": time.perf_counter() - tic,
             }
             history.append(record)
-            if step == 1 or step % 10 == 0 or step == total:
+            if step == 1 or step % 10 == 0 or step == plan["total"]:
                 log(
-                    f"sft step {step}/{total} epoch {epoch} loss {record['loss']:.4f} ({record['elapsed_s']:.0f}s)"
+                    f"sft step {step}/{plan['total']} epoch {epoch} loss {record['loss']:.4f} ({record['elapsed_s']:.0f}s)"
                 )
+            if cfg.max_seconds is not None and step == BUDGET_PROBE_STEPS:
+                per_step = (time.perf_counter() - tic) / step
+                fits = step + int(max(0.0, cfg.max_seconds - per_step * step) / per_step)
+                if fits < plan["total"]:
+                    log(f"sft: {per_step:.2f}s per step, {fits} of {plan['total']} steps fit")
+                    plan["total"] = fits
+            if step >= plan["total"]:
+                break
+        if step >= plan["total"] and epoch + 1 < cfg.epochs:
+            log(f"sft: time budget reached in epoch {epoch}")
+            epoch_end(epoch)
+            break
+        epoch_end(epoch)
     model.eval()
     return history
 
 
-def run_sft(base_model: str, out_dir: str | Path, cfg: SFTConfig, log=print) -> Path:
-    """Generate expert data, fine-tune ``base_model`` and save the result to ``out_dir``."""
+def sft_lr_factor(step: int, total: int, warmup: float = 0.0) -> float:
+    """The learning-rate multiplier at optimizer step ``step`` of ``total``: linear from
+    0 over the first ``warmup`` fraction, then cosine from 1 down to 0.1 (a floor, so the
+    last epochs still move; cosine decay keeps them from undoing the format the first
+    ones learned)."""
+    ramp = int(warmup * total)
+    if step < ramp:
+        return (step + 1) / ramp
+    done = min(step - ramp, total - ramp) / max(total - ramp, 1)
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * done))
+
+
+@torch.no_grad()
+def sft_fit(model, rows: list[Trajectory], pad_id: int, token_budget: int) -> dict[str, float]:
+    """How well ``model`` fits expert samples ``rows``: ``loss`` (mean NLL per assistant
+    token), ``token_accuracy`` (assistant tokens that are the argmax) and ``reply_accuracy``
+    (samples whose every assistant token is the argmax: greedy decoding reproduces the
+    expert's reply, its action included)."""
+    from ragen.models.logprobs import wanted_logits
+
+    device = next(model.parameters()).device
+    nll = tokens = correct = replies = exact = 0.0
+    for start in range(0, len(rows), 64):
+        batch = collate(rows[start : start + 64], pad_id)
+        for _, mb in micro_batches(batch, range(batch.size), token_budget):
+            mb = mb.to(device)
+            want = mb.response_mask[:, 1:].bool()  # (B, T-1)
+            logits, targets = wanted_logits(
+                model, mb.input_ids, mb.attention_mask, mb.response_mask
+            )  # (N, V), (N,)
+            nll -= float(torch.log_softmax(logits, -1).gather(1, targets[:, None]).sum())
+            hit = logits.argmax(-1) == targets  # (N,)
+            hits = torch.zeros_like(want).masked_scatter(want, hit)  # (B, T-1)
+            tokens += float(want.sum())
+            correct += float(hit.sum())
+            replies += mb.size
+            exact += float((hits | ~want).all(1).sum())
+    return {
+        "loss": nll / max(tokens, 1.0),
+        "token_accuracy": correct / max(tokens, 1.0),
+        "reply_accuracy": exact / max(replies, 1.0),
+    }
+
+
+def run_sft(
+    base_model: str, out_dir: str | Path, cfg: SFTConfig, log=print, on_epoch=None, device=None
+) -> Path:
+    """Generate expert data, fine-tune ``base_model`` and save the result to ``out_dir``.
+
+    ``on_epoch(model, tokenizer, epoch) -> dict`` adds metrics after every epoch
+    (:func:`train_sft`);
+    ``device``: where to train (default: ``ragen.models.loading.pick_device``'s choice).
+    """
     from ragen.models import load_policy
 
     cfg.validate()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    model, tokenizer = load_policy(base_model, dtype=torch.float32)
+    model, tokenizer = load_policy(base_model, device=device, dtype=torch.float32)
     torch.manual_seed(cfg.seed)
     log(f"generating {cfg.episodes} expert episodes on {cfg.env} (epsilon={cfg.epsilon})")
     data = make_expert_data(tokenizer, cfg)
@@ -221,7 +387,8 @@ def run_sft(base_model: str, out_dir: str | Path, cfg: SFTConfig, log=print) -> 
         # the same adapter layout as LoRA in RL (model.lora.*), so an SFT adapter and an
         # RL run agree on which modules carry adapters
         model = apply_lora(model, LoraConfig(rank=cfg.lora_rank, alpha=cfg.lora_alpha))
-    history = train_sft(model, tokenizer, data, cfg, log=log)
+    heldout = make_expert_data(tokenizer, cfg, "heldout") if cfg.heldout_episodes else None
+    history = train_sft(model, tokenizer, data, cfg, log=log, heldout=heldout, on_epoch=on_epoch)
     if cfg.lora_rank > 0:
         with quiet_transformers():  # the adapter alone, for `ragen sft merge`
             model.save_pretrained(out / "adapter")

@@ -1,0 +1,115 @@
+"""The grid study's configuration: one YAML file per preset, ``key=value`` overrides.
+
+    cfg = load_study_config("experiments/grids/configs/smollm2-gpu.yaml", ["seeds=[0]"])
+
+Every knob has its help next to it; ``python -m experiments.grids.run --help-config``
+prints them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from ragen.errors import ConfigError
+
+CONFIG_DIR = Path(__file__).parent / "configs"
+
+
+@dataclass
+class SFTStage:
+    """The warm start: SFT on solver moves (``ragen.sft``)."""
+
+    episodes: int = 2048  # expert episodes of training states
+    epsilon: float = 0.1  # share of moves played at random while the episodes run
+    labels: str = "expert"  # expert: the solver's move in every visited state; played
+    epochs: int = 3
+    batch_size: int = 32  # samples (turns) per optimizer step
+    lr: float = 3e-3
+    warmup_frac: float = 0.0  # linear warm-up share of the optimizer steps
+    heldout_episodes: int = 256  # expert episodes kept apart: loss/accuracy per epoch
+    micro_token_budget: int = 16384  # padded tokens per forward/backward micro-batch
+    bf16: bool = False  # bf16 autocast (CUDA; a CPU with bf16 instructions)
+    # stop after this many seconds of optimizer steps (the schedule is shortened to fit,
+    # measured on the first steps); null: every epoch
+    max_seconds: float | None = None
+    # success on this many of its own SFT states (its training data) after every epoch:
+    # does the warm start solve what it was taught? 0 = not measured
+    fit_episodes: int = 0
+    shared: bool = False  # one warm start per env (seed 0), reused by every RL seed
+
+
+@dataclass
+class RLStage:
+    """RL from the warm start: ``ragen train`` overrides, per variant."""
+
+    steps: int = 40  # training steps (trainer.total_steps)
+    # variant name -> extra ``ragen train`` overrides (an empty list: the base settings)
+    variants: dict[str, list[str]] = field(default_factory=lambda: {"base": []})
+    overrides: list[str] = field(default_factory=list)  # applied to every variant
+    env_groups: int = 16
+    group_size: int = 4
+    actor_lr: float = 1e-4
+    algo: str = "starpo-s"  # an algo preset (ragen/configs/algo)
+    # samples per optimizer step; null: all the step's samples (one optimizer step)
+    mini_batch_size: int | None = None
+
+
+@dataclass
+class StudyConfig:
+    """A warm start then RL per (env, seed), both evaluated on the same held-out states."""
+
+    model: str = "tiny:nano"  # tiny[:size] (built per seed), a folder, .gguf or preset
+    envs: list[str] = field(default_factory=lambda: ["frozen_lake", "sokoban"])
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    prompt_style: str = "compact"  # compact | full (the rules in words)
+    reasoning: str = "no_think"  # the reply format (ragen.agent.reasoning)
+    max_turns: int = 10
+    max_new_tokens: int = 16  # per turn
+    observation_format: str = "grid"  # grid | coord | grid_coord
+    eval_episodes: int = 512  # held-out validation states, one episode each
+    eval_temperature: float = 0.5
+    eval_batch: int = 512  # episodes per generate call in evaluation
+    device: str = "auto"  # auto | cpu | cuda
+    threads: int = 1  # torch threads per job process
+    sft: SFTStage = field(default_factory=SFTStage)
+    rl: RLStage = field(default_factory=RLStage)
+
+
+def load_study_config(path: str | Path | None, overrides: list[str] = ()) -> StudyConfig:
+    """``path`` (a YAML file, or a preset name in ``configs/``) with dotted overrides."""
+    base = OmegaConf.structured(StudyConfig)
+    try:
+        if path is not None:
+            file = Path(path)
+            if not file.exists():
+                file = CONFIG_DIR / f"{path}.yaml"
+            if not file.exists():
+                names = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
+                raise ConfigError(f"no study config {path!r}; presets: {names}")
+            base = OmegaConf.merge(base, OmegaConf.load(file))
+        base = OmegaConf.merge(base, OmegaConf.from_dotlist(list(overrides)))
+    except ConfigError:
+        raise
+    except Exception as err:  # omegaconf's own errors name the key
+        raise ConfigError(f"study config: {err}") from None
+    cfg: StudyConfig = OmegaConf.to_object(base)  # type: ignore[assignment]
+    if not cfg.envs or not cfg.seeds:
+        raise ConfigError("envs and seeds must each list at least one entry")
+    return cfg
+
+
+def describe_config() -> str:
+    """Every key with its default and the comment beside it in this file."""
+    import inspect
+    import re
+
+    lines = []
+    for cls, prefix in ((StudyConfig, ""), (SFTStage, "sft."), (RLStage, "rl.")):
+        for line in inspect.getsource(cls).splitlines():
+            m = re.match(r"    (\w+): [^=]+= (.+?)(?:\s+#\s*(.*))?$", line)
+            if m and m.group(1) not in ("sft", "rl"):
+                lines.append(f"{prefix}{m.group(1)} = {m.group(2)}  {m.group(3) or ''}".rstrip())
+    return "\n".join(lines)

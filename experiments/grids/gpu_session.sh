@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# SmolLM2-135M-Instruct on the grids on one lent GPU, in one command:
+#
+#   bash experiments/grids/gpu_session.sh [OUT_DIR] [SECONDS] [CONFIG OVERRIDES...]
+#
+# 1. the SmolLM2 GGUF: $RAGEN_SMOLLM2_GGUF, else ~/.cache/ragen/models, else joined from
+#    the parts in $SMOL_PARTS (default /tmp/smol_a and .smol/b: a lent machine takes at
+#    most 64 MiB per call and the file is 94 MiB, so one call leaves the first part in
+#    /tmp and the next brings the second), checked against .smol/sha256;
+# 2. wheels the machine lacks (.whl/*.whl: gguf, omegaconf, gymnasium) into /tmp/site;
+# 3. the CUDA-only tests, in the background;
+# 4. experiments.grids.run --config smollm2-gpu, time-boxed to end SECONDS (default
+#    560) after this script started; results.json / results.md / the logs land in OUT_DIR.
+set -u
+OUT_DIR=${1:-${OUT:-runs/gpu}}
+BUDGET_S=${2:-560}
+shift 2 2>/dev/null || shift $#
+mkdir -p "$OUT_DIR"
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+exec > >(tee -a "$OUT_DIR/session.log") 2>&1
+say() { echo "[session ${SECONDS}s] $*"; }
+
+GGUF=${RAGEN_SMOLLM2_GGUF:-$HOME/.cache/ragen/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+if [ ! -f "$GGUF" ]; then
+    mkdir -p "$(dirname "$GGUF")"
+    cat ${SMOL_PARTS:-/tmp/smol_a .smol/b} > "$GGUF.part" || { say "GGUF parts missing"; exit 3; }
+    if [ -f .smol/sha256 ] && [ "$(sha256sum < "$GGUF.part" | cut -d' ' -f1)" != "$(cat .smol/sha256)" ]; then
+        say "joined GGUF does not match .smol/sha256"; rm -f "$GGUF.part"; exit 3
+    fi
+    mv "$GGUF.part" "$GGUF"
+fi
+export RAGEN_SMOLLM2_GGUF=$GGUF
+if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl || { say "wheel install failed"; exit 3; }
+fi
+export PYTHONPATH=$PWD:/tmp/site:${PYTHONPATH:-}
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+python3 -c "import sys, torch, transformers; print(sys.version.split()[0], 'torch', torch.__version__, 'transformers', transformers.__version__, 'cuda', torch.cuda.is_available())"
+echo "cores: $(nproc --all)"
+
+say "CUDA tests -> cuda_tests.log (background)"
+OMP_NUM_THREADS=1 timeout 200 python3 -m pytest -q -p no:cacheprovider tests -k cuda \
+    > "$OUT_DIR/cuda_tests.log" 2>&1 &
+TESTS_PID=$!
+
+say "SmolLM2 GGUF -> HF folder (once, before the workers)"
+python3 -c "from ragen.models import load_policy; load_policy('smollm2', device='cpu')" \
+    2>&1 | grep -v -i warn | tail -2
+
+say "grids study (smollm2-gpu) -> grids.log"
+python3 -m experiments.grids.run --config smollm2-gpu --out runs/grids_gpu --jobs 4 \
+    --finish-by $((BUDGET_S - 20 - SECONDS)) --eval-reserve 100 "$@" > "$OUT_DIR/grids.log" 2>&1
+say "study exit $?"
+grep -E "^\||FAIL|Error|sft epoch|time budget|steps fit|RL time box" "$OUT_DIR/grids.log" | grep -v -i warn | tail -40
+cp runs/grids_gpu/results.json runs/grids_gpu/results.md "$OUT_DIR/" 2>/dev/null
+find runs/grids_gpu -name metrics.jsonl -o -name sft_metrics.jsonl | grep -v checkpoints \
+    | tar czf "$OUT_DIR/metrics.tgz" -T - 2>/dev/null
+wait "$TESTS_PID"
+say "CUDA tests:"; tail -3 "$OUT_DIR/cuda_tests.log"
+ls -la "$OUT_DIR"
+say "done"
