@@ -23,7 +23,7 @@ import torch
 
 from ragen.agent.rollout import RolloutConfig
 from ragen.agent.trajectory import Trajectory
-from ragen.errors import ConfigError, UsageError
+from ragen.errors import ConfigError, NonFiniteError, UsageError
 from ragen.models.loading import quiet_transformers
 from ragen.trainer.batching import TrainingBatch, collate, micro_batches
 
@@ -73,6 +73,22 @@ class SFTConfig:
         for name in ("episodes", "epochs", "batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        # `not a <= x` style checks: NaN fails them too (an inf/NaN lr trains NaN weights)
+        if not 0 < self.lr < math.inf:
+            raise ConfigError(
+                f"lr: the learning rate must be a finite number > 0, got {self.lr}. "
+                "Fix: e.g. --lr 5e-4 (the default)"
+            )
+        if not 0 <= self.weight_decay < math.inf:
+            raise ConfigError(
+                f"weight_decay: must be a finite number >= 0, got {self.weight_decay}. "
+                "Fix: 0 turns it off"
+            )
+        if not 0 <= self.epsilon <= 1:
+            raise ConfigError(
+                f"epsilon: the share of expert actions made random must be in [0, 1], got "
+                f"{self.epsilon}. Fix: e.g. --epsilon 0.1 (0: the expert's own actions)"
+            )
 
 
 def make_expert_data(tokenizer, cfg: SFTConfig, split: str = "train") -> list[Trajectory]:
@@ -138,9 +154,21 @@ def sft_loss(model, batch: TrainingBatch, processor=None) -> tuple[torch.Tensor,
     return -(log_prob * mask).sum(), mask[:, 1:].sum()
 
 
-def train_sft(model, tokenizer, data: list[Trajectory], cfg: SFTConfig, log=print) -> list[dict]:
-    """Train ``model`` in place on ``data``; returns per-step metrics."""
+def train_sft(
+    model,
+    tokenizer,
+    data: list[Trajectory],
+    cfg: SFTConfig,
+    log=print,
+    dump_dir: str | Path | None = None,
+) -> list[dict]:
+    """Train ``model`` in place on ``data``; returns per-step metrics.
+
+    A NaN/inf loss or gradient stops training before that optimizer step with a
+    :class:`~ragen.errors.NonFiniteError`; with ``dump_dir`` the step's batch is saved in
+    ``dump_dir/nonfinite/step_N`` first (``ragen.trainer.nonfinite``)."""
     from ragen.models.vlm import is_processor, text_tokenizer
+    from ragen.trainer.nonfinite import nonfinite_loss
 
     device = next(model.parameters()).device
     processor = tokenizer if is_processor(tokenizer) else None  # a VLM: pixels too
@@ -170,13 +198,20 @@ def train_sft(model, tokenizer, data: list[Trajectory], cfg: SFTConfig, log=prin
             rows = [data[i] for i in order[start : start + cfg.batch_size]]
             batch = collate(rows, pad_id)
             total_tokens = float(batch.response_mask.sum())
-            loss_sum = 0.0
+            loss_sum, problem = 0.0, ""
             for _, mb in micro_batches(batch, range(batch.size), cfg.micro_token_budget):
                 with autocast:
                     nll, _ = sft_loss(model, mb.to(device), processor)
+                problem = problem or nonfinite_loss(nll, "SFT loss", model)
+                if problem:
+                    break
                 (nll / total_tokens).backward()
                 loss_sum += float(nll.detach())
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, 1.0))
+            if problem or not math.isfinite(grad_norm):
+                raise _nonfinite_sft_error(
+                    step + 1, problem or f"the gradient norm is {grad_norm}", batch, cfg, dump_dir
+                )
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             sched.step()
@@ -196,6 +231,24 @@ def train_sft(model, tokenizer, data: list[Trajectory], cfg: SFTConfig, log=prin
                 )
     model.eval()
     return history
+
+
+def _nonfinite_sft_error(
+    step: int, what: str, batch: TrainingBatch, cfg: SFTConfig, dump_dir: str | Path | None
+) -> NonFiniteError:
+    """Save SFT step ``step``'s batch (when ``dump_dir`` is given); the one-line error."""
+    saved = ""
+    if dump_dir is not None:
+        from ragen.trainer.nonfinite import NONFINITE_DIR, save_step_data
+
+        folder = Path(dump_dir) / NONFINITE_DIR / f"step_{step:06d}"
+        tensors = {k: getattr(batch, k) for k in ("input_ids", "attention_mask", "response_mask")}
+        save_step_data(folder, tensors, {"step": step, "what": what, "lr": cfg.lr})
+        saved = f"; the step's batch is saved in {folder} for inspection"
+    return NonFiniteError(
+        f"sft step {step}: {what}, so training stops before that optimizer step and no "
+        f"model is saved{saved}. Fix: lower --lr (now {cfg.lr:g})"
+    )
 
 
 def run_sft(base_model: str, out_dir: str | Path, cfg: SFTConfig, log=print) -> Path:
@@ -221,7 +274,12 @@ def run_sft(base_model: str, out_dir: str | Path, cfg: SFTConfig, log=print) -> 
         # the same adapter layout as LoRA in RL (model.lora.*), so an SFT adapter and an
         # RL run agree on which modules carry adapters
         model = apply_lora(model, LoraConfig(rank=cfg.lora_rank, alpha=cfg.lora_alpha))
-    history = train_sft(model, tokenizer, data, cfg, log=log)
+    history = train_sft(model, tokenizer, data, cfg, log=log, dump_dir=out)
+    from ragen.models.finite import check_finite_weights
+
+    check_finite_weights(  # never write a model that would "evaluate" as garbage
+        model, f"refusing to save the SFT model to {out}", f"lower --lr (now {cfg.lr:g})"
+    )
     if cfg.lora_rank > 0:
         with quiet_transformers():  # the adapter alone, for `ragen sft merge`
             model.save_pretrained(out / "adapter")
