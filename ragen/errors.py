@@ -62,6 +62,15 @@ class EnvContractError(RagenError, AssertionError):
     """An environment that breaks the ``Env`` contract (``ragen.envs.checker``)."""
 
 
+class NonFiniteError(RagenError, FloatingPointError):
+    """NaN or inf where numbers must be finite: a loss, a gradient, or model weights about
+    to be saved or just loaded; the message names where, what was kept, and the fix."""
+
+
+class RunDirError(RagenError, OSError):
+    """A run folder that cannot be used: read-only, full, or held by another training."""
+
+
 __all__ = [
     "RagenError",
     "ConfigError",
@@ -72,6 +81,8 @@ __all__ = [
     "UnknownEnvError",
     "EnvConfigError",
     "EnvContractError",
+    "NonFiniteError",
+    "RunDirError",
     "check_choice",
 ]
 

@@ -80,10 +80,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_eval(args: argparse.Namespace) -> int:
+    from ragen.errors import UsageError
     from ragen.trainer.config import check_env_options
 
     from .evaluate import Progress, format_table, run_evaluation
 
+    if not 0 <= args.epsilon <= 1:  # also NaN
+        raise UsageError(
+            f"--epsilon must be in [0, 1] (the share of oracle actions made random), got "
+            f"{args.epsilon}. Fix: e.g. --epsilon 0.1"
+        )
     model, inherited = _run_settings(args)
     config = rollout_from_args(args, inherited=inherited)
     config.validate(prefix="--")

@@ -59,6 +59,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from ragen.errors import ConfigError, UsageError
+
 # A plain template for tokenizers that ship none (base models). Append-only by design.
 PLAIN_CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -88,7 +90,7 @@ class ChatFormat:
         eos_ids: list[int] | None = None,
     ) -> None:
         if strategy not in TEMPLATE_STRATEGIES:
-            raise ValueError(f"strategy must be auto, delta or fixed_prefix, got {strategy!r}")
+            raise ConfigError(f"strategy must be auto, delta or fixed_prefix, got {strategy!r}")
         self.tokenizer = tokenizer
         template = chat_template or getattr(tokenizer, "chat_template", None)
         if isinstance(template, dict):  # named templates (older hubs): use the default one
@@ -162,7 +164,7 @@ class ChatFormat:
             add_generation_prompt=True,
         )
         if text.count(_MARK) != 1:
-            raise ValueError(
+            raise UsageError(
                 "the chat template does not render assistant content verbatim; "
                 "pass chat_template= with a template that does"
             )
@@ -217,7 +219,7 @@ class ChatFormat:
                 self.render(convo, add_generation_prompt=True)
                 return True
             except Exception:
-                raise ValueError(
+                raise UsageError(
                     f"the chat template cannot render a system+user conversation ({err}); "
                     "pass chat_template= explicitly"
                 ) from None
@@ -405,7 +407,7 @@ class ContextManager:
 
     def __init__(self, fmt: ChatFormat, system: str, window: int | None = None) -> None:
         if window is not None and window < 0:
-            raise ValueError(f"context window must be >= 0 turns or None, got {window}")
+            raise ConfigError(f"context window must be >= 0 turns or None, got {window}")
         self.fmt, self.system, self.window = fmt, system, window
         self.turns: list[_Turn] = []
         self._full = _Sequence(fmt, system, fmt.strategy)

@@ -49,7 +49,10 @@ RUN_ROLLOUT_KEYS = (
     "template_strategy",
     "prompt_style",
 )
-MAX_VALIDATION_SEEDS = 100_000  # --seed-offset + n beyond this would take hours to draw
+# --seed-offset + n groups stay below this. Finding validation seed k resets about 8k
+# candidate states (1 in 8 is held out): at the limit, ~800,000 resets, 80-90 s on
+# Sokoban 6x6 (docs/RELIABILITY.md), reported by Progress.seeds as it goes
+MAX_VALIDATION_SEEDS = 100_000
 
 
 @dataclass
@@ -112,22 +115,48 @@ def check_seed_offset(seed_offset: int, n_groups: int) -> None:
         raise UsageError(
             f"--seed-offset {seed_offset} with {n_groups} groups runs past the "
             f"{MAX_VALIDATION_SEEDS} validation seeds eval plays. Fix: --seed-offset at most "
-            f"{max(0, MAX_VALIDATION_SEEDS - n_groups)}"
+            f"{max(0, MAX_VALIDATION_SEEDS - n_groups)} (finding that many validation states "
+            "first resets about 8 times as many: 1-2 minutes on Sokoban, with progress lines)"
         )
 
 
 @dataclass
 class Progress:
     """A progress line on stderr after each batch of a long evaluation; silent while the
-    run is younger than ``min_seconds`` and after the last batch (the table follows)."""
+    run is younger than ``min_seconds`` and after the last batch (the table follows).
+    :meth:`seeds` reports the search for validation seeds (long for a large
+    ``--seed-offset``) at most every ``every_seconds``."""
 
     min_seconds: float = 5.0
     stream: Any = None
     clock: Callable[[], float] = time.perf_counter
     start: float = field(default=0.0)
+    every_seconds: float = 10.0
+    _last_seed_line: float = field(default=float("-inf"), init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.start = self.clock()
+
+    def seeds(self, found: int, wanted: int) -> str | None:
+        """Report ``found`` of the ``wanted`` validation seeds; returns the line written."""
+        now = self.clock()
+        elapsed = now - self.start
+        if (
+            found >= wanted
+            or elapsed < self.min_seconds
+            or now - self._last_seed_line < (self.every_seconds)
+        ):
+            return None
+        self._last_seed_line = now
+        eta = f"eta {_clock(elapsed / found * (wanted - found))}" if found else "eta -"
+        line = (
+            f"eval: finding validation states (--seed-offset + groups): {found:,}/{wanted:,}"
+            f"  elapsed {_clock(elapsed)}  {eta}"
+        )
+        import sys
+
+        print(line, file=self.stream or sys.stderr, flush=True)
+        return line
 
     def __call__(self, done: int, total: int) -> str | None:
         """Report ``done`` of ``total`` episodes; returns the line written, if any."""
@@ -238,7 +267,9 @@ def run_evaluation(
     ``seed`` given here override it). ``seed_offset`` shifts the validation seeds.
     ``batch_groups`` caps the groups played per rollout call (memory); default: all at
     once. ``epsilon``/``actions_per_turn`` configure the reference policies.
-    ``progress(done_episodes, n)`` is called after each batch (e.g. :class:`Progress`).
+    ``progress(done_episodes, n)`` is called after each batch (e.g. :class:`Progress`),
+    and ``progress.seeds(found, wanted)``, when it has one, while the validation seeds
+    are searched (long for a large ``seed_offset``).
     """
     if n < 1 or group_size < 1:
         raise UsageError(f"n and group_size must be >= 1, got n={n}, group_size={group_size}")
@@ -257,12 +288,16 @@ def run_evaluation(
     played: list[Trajectory] = []
     stats: dict[str, float] = {}
     tic = time.perf_counter()
+    all_seeds: list[int] | None = None
     for start in range(0, n_groups, chunk):
         groups = min(chunk, n_groups - start)
         manager = EnvStateManager(
             env, env_config, env_groups=groups, group_size=group_size, seed=seed
         )
-        seeds = manager.validation_seeds(groups, offset=seed_offset + start)
+        if all_seeds is None:  # searched once, not again for every batch
+            scan = getattr(progress, "seeds", None)
+            all_seeds = manager.validation_seeds(n_groups, offset=seed_offset, progress=scan)
+        seeds = all_seeds[start : start + groups]
         result = run_rollout(policy, manager, cfg, seeds)
         for t in result.trajectories:  # ids unique across chunks
             t.group_id += start

@@ -35,6 +35,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ragen.errors import ConfigError
+
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
 _ALL_TAGS = (THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE)
@@ -64,7 +66,7 @@ class ParsedResponse:
 def split_actions(answer: str, separator: str = "||") -> list[str]:
     """Split an answer body on ``separator``; strip each action and drop empty ones."""
     if not separator:
-        raise ValueError("the action separator must be a non-empty string, e.g. '||'")
+        raise ConfigError("the action separator must be a non-empty string, e.g. '||'")
     return [part.strip() for part in answer.split(separator) if part.strip()]
 
 

@@ -27,6 +27,7 @@ from typing import Any
 from ragen.engines.base import SamplingParams
 from ragen.envs.base import Env, derive_seed
 from ragen.envs.facts import format_facts
+from ragen.errors import UsageError
 
 from .reasoning import SECTIONS, format_reply
 
@@ -122,7 +123,10 @@ class _ActionPolicy(Policy):
 
     def __init__(self, actions_per_turn: int = 1, seed: int = 0, tokenizer: Any = None) -> None:
         if actions_per_turn < 1:
-            raise ValueError(f"actions_per_turn must be >= 1, got {actions_per_turn}")
+            raise UsageError(
+                f"actions_per_turn must be >= 1, got {actions_per_turn}. Fix: e.g. "
+                "--actions-per-turn 1"
+            )
         self.actions_per_turn, self.seed, self.tokenizer = int(actions_per_turn), seed, tokenizer
 
     def act(self, requests: list[TurnRequest], params: SamplingParams) -> list[PolicyOutput]:
@@ -174,9 +178,9 @@ def _random_action(env: Env, rng: random.Random) -> str:
     try:
         return env.random_action(rng)
     except NotImplementedError:
-        raise ValueError(
-            f"environment {type(env).__name__} has no random_action(); "
-            "the random policy (and oracle epsilon) need one"
+        raise UsageError(
+            f"environment {type(env).__name__} has no random_action(); the random policy "
+            "(and oracle epsilon) need one. Fix: --model oracle with --epsilon 0"
         ) from None
 
 
@@ -207,8 +211,11 @@ class OraclePolicy(_ActionPolicy):
     def __init__(
         self, actions_per_turn: int = 1, epsilon: float = 0.0, seed: int = 0, tokenizer: Any = None
     ) -> None:
-        if not 0.0 <= epsilon <= 1.0:
-            raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
+        if not 0.0 <= epsilon <= 1.0:  # also NaN
+            raise UsageError(
+                f"epsilon (the share of oracle actions made random) must be in [0, 1], got "
+                f"{epsilon}. Fix: e.g. --epsilon 0.1 (0: the oracle's own actions)"
+            )
         super().__init__(actions_per_turn, seed, tokenizer)
         self.epsilon = float(epsilon)
 

@@ -27,6 +27,8 @@ Two styles:
 
 from __future__ import annotations
 
+from ragen.errors import ConfigError
+
 from .reasoning import SECTIONS, compact_reply_shape, format_guide, reply_shape
 
 PROMPT_VERSION = 2  # 2: the turn header shows max_turns
@@ -35,7 +37,7 @@ PROMPT_STYLES = ("full", "compact")
 
 def _check_style(style: str) -> None:
     if style not in PROMPT_STYLES:
-        raise ValueError(f"unknown prompt style {style!r}; use one of {', '.join(PROMPT_STYLES)}")
+        raise ConfigError(f"unknown prompt style {style!r}; use one of {', '.join(PROMPT_STYLES)}")
 
 
 def format_instructions(

@@ -40,6 +40,8 @@ import functools
 import re
 from collections.abc import Sequence
 
+from ragen.errors import ConfigError
+
 from .parsing import ParsedResponse, parse_response
 
 REASONING_FORMATS = (
@@ -65,7 +67,7 @@ FACT_SECTIONS = ("observation", "prediction")
 def check_format(fmt: str) -> str:
     """``fmt`` if it is one of ``REASONING_FORMATS``, else ValueError naming the choices."""
     if fmt not in REASONING_FORMATS:
-        raise ValueError(
+        raise ConfigError(
             f"unknown reasoning format {fmt!r}; use one of {', '.join(REASONING_FORMATS)}"
         )
     return fmt

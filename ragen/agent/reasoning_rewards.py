@@ -50,6 +50,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ragen.envs.facts import Fact, match_score, parse_facts
+from ragen.errors import ConfigError
 
 from .parsing import ParsedResponse
 from .reasoning import SECTIONS, check_format, is_consistent, thought_commitment
@@ -63,12 +64,12 @@ def check_reward_weights(weights: Mapping[str, float]) -> dict[str, float]:
     out = {}
     for name, w in weights.items():
         if name not in REASONING_REWARDS:
-            raise ValueError(
+            raise ConfigError(
                 f"unknown reasoning reward {name!r}; use {', '.join(REASONING_REWARDS)}"
             )
         w = float(w)
         if not math.isfinite(w):
-            raise ValueError(f"the weight of reasoning reward {name!r} must be finite, got {w}")
+            raise ConfigError(f"the weight of reasoning reward {name!r} must be finite, got {w}")
         out[name] = w
     return out
 

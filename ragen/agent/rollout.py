@@ -23,6 +23,7 @@ next prompt does not fit (``context_overflow``), or after ``max_turns`` (``turn_
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -88,6 +89,13 @@ class RolloutConfig:
 
         from .context import TEMPLATE_STRATEGIES
 
+        for f in fields(self):  # NaN slips through every range check below
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(
+                    f"{prefix}{f.name.replace('_', '-') if prefix == '--' else f.name}: must be "
+                    f"a finite number, got {value}. Fix: give a number, e.g. {f.default}"
+                )
         check_choice(f"{prefix}prompt_style", self.prompt_style, prompts.PROMPT_STYLES)
         check_choice(f"{prefix}reasoning", self.reasoning, REASONING_FORMATS)
         for name in REASONING_REWARDS:

@@ -21,6 +21,7 @@ from torch import Tensor
 
 from ragen.algo.groups import as_group_ids, group_reward_std, scatter_sum
 from ragen.algo.utils import as_float
+from ragen.errors import ConfigError
 
 __all__ = ["filter_groups", "group_metric", "FILTER_STRATEGIES", "FILTER_METRICS"]
 
@@ -55,7 +56,7 @@ def group_metric(
     ``std`` is returned as well: ``include_zero`` always refers to the reward spread.
     """
     if metric not in FILTER_METRICS:
-        raise ValueError(
+        raise ConfigError(
             f"unknown filter metric {metric!r}; choose one of {', '.join(FILTER_METRICS)}"
         )
     std = group_reward_std(scores, ids, episode_ids)
@@ -129,7 +130,7 @@ def filter_groups(
         and ``metric_mean_before`` / ``metric_mean_after`` for the ranking metric.
     """
     if strategy not in FILTER_STRATEGIES:
-        raise ValueError(
+        raise ConfigError(
             f"unknown filter strategy {strategy!r}; choose one of {', '.join(FILTER_STRATEGIES)}"
         )
     s = as_float(scores if isinstance(scores, Tensor) else torch.as_tensor(scores))
@@ -137,7 +138,7 @@ def filter_groups(
         raise ValueError(f"scores must be 1-D (one score per sample), got {tuple(s.shape)}")
     ids, num_groups = as_group_ids(index, s.shape[0], s.device)
     if strategy == "min_std" and metric != "reward_std":
-        raise ValueError("min_std thresholds the reward std; use 'threshold' with other metrics")
+        raise ConfigError("min_std thresholds the reward std; use 'threshold' with other metrics")
     m, std = group_metric(metric, s, ids, num_groups, episode_ids, sample_values)
 
     v = float(value)
@@ -145,7 +146,7 @@ def filter_groups(
         keep_group = m >= v
     elif strategy == "min_p":
         if not 0.0 <= v <= 1.0:
-            raise ValueError(
+            raise ConfigError(
                 f"min_p keeps groups above value * max: value must be in [0, 1], got {value!r}"
             )
         keep_group = m >= v * m.max() if num_groups else m > 0
@@ -154,23 +155,23 @@ def filter_groups(
         order = torch.sort(-m, stable=True).indices
         if strategy == "top_p":
             if not 0.0 < v <= 1.0:
-                raise ValueError(
+                raise ConfigError(
                     f"top_p keeps a fraction of groups: value must be in (0, 1], got {value!r}"
                 )
             num_keep = max(1, math.ceil(v * num_groups - 1e-9))
         elif strategy == "top_k":
             if v != int(value) or int(value) < 1:
-                raise ValueError(
+                raise ConfigError(
                     f"top_k keeps a number of groups: value must be an integer >= 1, got {value!r}"
                 )
             num_keep = int(value)
         else:  # nucleus
             if not 0.0 < v <= 1.0:
-                raise ValueError(
+                raise ConfigError(
                     f"nucleus keeps a share of the metric's mass: value must be in (0, 1], got {value!r}"
                 )
             if num_groups and bool((m < 0).any()):
-                raise ValueError(
+                raise ConfigError(
                     f"nucleus needs a non-negative metric; {metric!r} has negative groups "
                     "(use top_p or min_p, or rank by reward_std)"
                 )

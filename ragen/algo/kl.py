@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from ragen.algo.utils import as_float, check_same_shape
+from ragen.errors import ConfigError
 
 __all__ = ["KL_KINDS", "kl_penalty", "apply_kl_to_rewards"]
 
@@ -52,7 +53,7 @@ def kl_penalty(log_prob: Tensor, ref_log_prob: Tensor, kind: str = "low_var_kl")
     if kind in ("k3", "low_var_kl"):
         log_ratio = (-diff).clamp(-20.0, 20.0)  # log(p_ref / p)
         return (log_ratio.exp() - log_ratio - 1.0).clamp(-10.0, 10.0)
-    raise ValueError(f"unknown KL kind {kind!r}; choose one of {', '.join(KL_KINDS)}")
+    raise ConfigError(f"unknown KL kind {kind!r}; choose one of {', '.join(KL_KINDS)}")
 
 
 @torch.no_grad()

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from ragen.algo.utils import as_float, check_same_shape, check_tensor, masked_mean, masked_var
+from ragen.errors import ConfigError
 
 __all__ = [
     "LOSS_AGG_MODES",
@@ -115,7 +116,7 @@ def agg_loss(
 
 def _check_mode(loss_agg_mode: str) -> None:
     if loss_agg_mode not in LOSS_AGG_MODES:
-        raise ValueError(
+        raise ConfigError(
             f"unknown loss_agg_mode {loss_agg_mode!r}; choose one of {', '.join(LOSS_AGG_MODES)}"
         )
 
@@ -132,7 +133,7 @@ def _check_norm_constant(norm_constant: float | None) -> float:
     except (TypeError, ValueError):
         raise TypeError(f"norm_constant must be a number, got {norm_constant!r}") from None
     if not norm > 0 or not math.isfinite(norm):
-        raise ValueError(f"norm_constant must be a finite number > 0, got {norm_constant!r}")
+        raise ConfigError(f"norm_constant must be a finite number > 0, got {norm_constant!r}")
     return norm
 
 
@@ -190,11 +191,11 @@ def ppo_policy_loss(
         response_mask=response_mask,
     )
     if not 0.0 <= clip_ratio_low < 1.0:
-        raise ValueError(f"clip_ratio_low must be in [0, 1), got {clip_ratio_low!r}")
+        raise ConfigError(f"clip_ratio_low must be in [0, 1), got {clip_ratio_low!r}")
     if clip_ratio_high < 0.0:
-        raise ValueError(f"clip_ratio_high must be >= 0, got {clip_ratio_high!r}")
+        raise ConfigError(f"clip_ratio_high must be >= 0, got {clip_ratio_high!r}")
     if not clip_ratio_c > 1.0:
-        raise ValueError(f"clip_ratio_c (dual clip) must be > 1, got {clip_ratio_c!r}")
+        raise ConfigError(f"clip_ratio_c (dual clip) must be > 1, got {clip_ratio_c!r}")
     mask = response_mask != 0
     adv = as_float(advantages).detach()
     log_ratio = (as_float(log_prob) - as_float(old_log_prob).detach()).clamp(
@@ -251,7 +252,7 @@ def value_loss(
         loss_clipped = loss_unclipped
     else:
         if cliprange_value < 0:
-            raise ValueError(f"cliprange_value must be >= 0 or None, got {cliprange_value!r}")
+            raise ConfigError(f"cliprange_value must be >= 0 or None, got {cliprange_value!r}")
         v_clipped = old + (v - old).clamp(-cliprange_value, cliprange_value)
         loss_clipped = (v_clipped - target) ** 2
     loss = 0.5 * agg_loss(

@@ -42,6 +42,7 @@ from torch import Tensor
 from ragen.algo.groups import as_group_ids, group_stats
 from ragen.algo.outcome import require_real_groups
 from ragen.algo.utils import as_float
+from ragen.errors import ConfigError
 
 __all__ = ["normalize_scores", "GROUPINGS", "METHODS"]
 
@@ -64,9 +65,9 @@ def normalize_scores(
     never modified; a new tensor is always returned.
     """
     if grouping not in GROUPINGS:
-        raise ValueError(f"unknown grouping {grouping!r}; choose one of {', '.join(GROUPINGS)}")
+        raise ConfigError(f"unknown grouping {grouping!r}; choose one of {', '.join(GROUPINGS)}")
     if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+        raise ConfigError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     s = as_float(scores if isinstance(scores, Tensor) else torch.as_tensor(scores))
     if s.dim() != 1:
         raise ValueError(f"scores must be 1-D (one score per sample), got {tuple(s.shape)}")
@@ -90,6 +91,6 @@ def normalize_scores(
     if method == "asym_clip":
         low, high = (float(v) for v in clip_range)
         if not low <= 0.0 <= high:
-            raise ValueError(f"clip_range must satisfy low <= 0 <= high, got {clip_range}")
+            raise ConfigError(f"clip_range must satisfy low <= 0 <= high, got {clip_range}")
         out = out.clamp(low, high)
     return torch.where(count[ids] > 1, out, torch.zeros_like(out))

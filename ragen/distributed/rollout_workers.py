@@ -36,6 +36,7 @@ from typing import Any
 
 from ragen.agent.rollout import RolloutConfig, RolloutResult, run_rollout
 from ragen.envs.base import derive_seed
+from ragen.errors import ConfigError
 
 from .ray_setup import wait_ready
 from .sharding import shard_groups
@@ -83,7 +84,7 @@ def sampling_units(n_groups: int, batch_groups: int) -> list[list[int]]:
     """Groups ``0 .. n_groups-1`` in consecutive units of ``batch_groups`` (the last may
     be shorter): the unit of sampling and of work a worker receives."""
     if batch_groups < 1:
-        raise ValueError(f"batch_groups must be >= 1, got {batch_groups}")
+        raise ConfigError(f"batch_groups must be >= 1, got {batch_groups}")
     return [
         list(range(start, min(start + batch_groups, n_groups)))
         for start in range(0, n_groups, batch_groups)

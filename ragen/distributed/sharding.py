@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ragen.errors import ConfigError
+
 
 def shard_groups(n_groups: int, n_workers: int) -> list[list[int]]:
     """Contiguous, near-equal shards of the group indices ``0 .. n_groups-1``, one per
     worker (the first ``n_groups % n_workers`` shards hold one more; a shard may be empty
     when there are more workers than groups)."""
     if n_workers < 1:
-        raise ValueError(f"n_workers must be >= 1, got {n_workers}")
+        raise ConfigError(f"n_workers must be >= 1, got {n_workers}")
     base, extra = divmod(int(n_groups), int(n_workers))
     shards, start = [], 0
     for w in range(n_workers):

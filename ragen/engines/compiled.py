@@ -66,6 +66,8 @@ import contextlib
 import logging
 import time
 
+from ragen.errors import ConfigError
+
 from .base import ENGINE_CHOICES
 from .cpu_attention import decode_attention_kernel
 from .direct import DirectDecodeStep
@@ -334,4 +336,4 @@ def make_hf_engine(model, tokenizer, engine: str = "static", **kwargs) -> HFEngi
         return StaticHFEngine(model, tokenizer, compile=engine == "compiled", **kwargs)
     if engine == "static-bf16":
         return StaticHFEngine(model, tokenizer, bf16_matmuls=True, bf16_kv=True, **kwargs)
-    raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINE_CHOICES)}")
+    raise ConfigError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINE_CHOICES)}")

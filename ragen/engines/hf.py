@@ -58,6 +58,8 @@ import math
 import time
 from dataclasses import dataclass
 
+from ragen.errors import ConfigError
+
 from .base import Generation, SamplingParams
 
 #: end-of-turn / end-of-text tokens of common chat formats; treated as EOS when present
@@ -144,15 +146,15 @@ def timed_eval_call(model, stats: GenerationStats, prompts: list[list[int]], run
 
 
 def check_sampling_params(params: SamplingParams) -> None:
-    """Raise a one-line ``ValueError`` for out-of-range sampling parameters."""
+    """Raise a one-line ``ConfigError`` (a ``ValueError``) for out-of-range sampling parameters."""
     if params.temperature < 0 or math.isnan(params.temperature):
-        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {params.temperature}")
+        raise ConfigError(f"temperature must be >= 0 (0 = greedy), got {params.temperature}")
     if not 0.0 < params.top_p <= 1.0:
-        raise ValueError(f"top_p must be in (0, 1], got {params.top_p}")
+        raise ConfigError(f"top_p must be in (0, 1], got {params.top_p}")
     if params.top_k < 0:
-        raise ValueError(f"top_k must be >= 0 (0 = off), got {params.top_k}")
+        raise ConfigError(f"top_k must be >= 0 (0 = off), got {params.top_k}")
     if params.max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {params.max_new_tokens}")
+        raise ConfigError(f"max_new_tokens must be >= 0, got {params.max_new_tokens}")
     if any(not s for s in params.stop_strings or []):
         raise ValueError("stop_strings must not contain empty strings")
 

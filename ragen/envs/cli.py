@@ -111,18 +111,61 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     return parse_key_values(items, "--set")
 
 
-def cmd_play(args: argparse.Namespace) -> int:
+def make_from_cli(name: str, config: dict[str, Any]) -> Any:
+    """``make(name, **config)`` for ``--set`` options: an option value the env rejects
+    (``--set dim_room=abc``) is a one-line :class:`~ragen.errors.EnvConfigError`."""
+    from ragen.errors import EnvConfigError, RagenError
+
     from . import make
 
-    env = make(args.env, **parse_overrides(args.overrides))
+    try:
+        return make(name, **config)
+    except RagenError:
+        raise
+    except (ValueError, TypeError) as err:  # the env's own check of an option's value
+        if not config:  # no options given: a bug of the env, keep its traceback
+            raise
+        shown = " ".join(f"{k}={v!r}" for k, v in config.items())
+        raise EnvConfigError(
+            f"--set: env {name!r} rejects {shown}: {err}. Fix: correct the value "
+            "(`ragen envs` lists each env's options and defaults)"
+        ) from None
+
+
+def cmd_play(args: argparse.Namespace) -> int:
+    env = make_from_cli(args.env, parse_overrides(args.overrides))
     return play(env, seed=args.seed, solver=args.solver, max_steps=args.max_steps)
 
 
 def cmd_serve_env(args: argparse.Namespace) -> int:
+    import errno
+    import socket
+
+    from ragen.errors import UsageError
+
     from .server import serve
 
-    config = parse_overrides(args.overrides)  # make() rejects unknown keys, naming them
-    serve(args.env, config, args.host, args.port, args.max_episodes, quiet=args.quiet)
+    config = parse_overrides(args.overrides)
+    make_from_cli(args.env, config).close()  # a bad option: one line, before binding
+    try:
+        serve(args.env, config, args.host, args.port, args.max_episodes, quiet=args.quiet)
+    except socket.gaierror as err:
+        raise UsageError(
+            f"--host {args.host!r} is not an address of this machine ({err.strerror}). "
+            "Fix: --host 127.0.0.1 (this machine) or --host 0.0.0.0 (all interfaces)"
+        ) from None
+    except OSError as err:
+        if err.errno == errno.EADDRINUSE:
+            raise UsageError(
+                f"port {args.port} on {args.host} is already in use (another `ragen "
+                "serve-env`?). Fix: another --port, or --port 0 for any free port"
+            ) from None
+        if err.errno in (errno.EACCES, errno.EADDRNOTAVAIL):
+            raise UsageError(
+                f"cannot listen on {args.host}:{args.port} ({err.strerror}). Fix: a port "
+                "above 1023 and an address of this machine, e.g. --host 127.0.0.1 --port 8765"
+            ) from None
+        raise
     return 0
 
 

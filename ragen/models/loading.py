@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ragen.errors import ConfigError, ModelLoadError
+from ragen.errors import ConfigError, ModelLoadError, UsageError
 
 _DTYPE_NAMES = {
     "float32": "float32",
@@ -558,7 +558,7 @@ def prepare_tokenizer(tokenizer):
     if tokenizer.pad_token is None:
         fallback = tokenizer.eos_token or tokenizer.unk_token
         if fallback is None:
-            raise ValueError(
+            raise UsageError(
                 "the tokenizer has no pad, eos or unk token; set tokenizer.pad_token first"
             )
         tokenizer.pad_token = fallback
@@ -592,7 +592,11 @@ def load_policy(
     if not gguf_file and _is_vision_source(source, is_local, offline, trust_remote_code):
         from .vlm import load_vlm  # image-text-to-text: (model, processor)
 
-        return load_vlm(source, device, dtype, trust_remote_code, None if is_local else offline)
+        vlm, processor = load_vlm(
+            source, device, dtype, trust_remote_code, None if is_local else offline
+        )
+        _check_loaded_weights(vlm, source)
+        return vlm, processor
     tokenizer = load_tokenizer(
         source, gguf_file=gguf_file, trust_remote_code=trust_remote_code,
         local_files_only=local_files_only,
@@ -611,8 +615,22 @@ def load_policy(
         raise _hub_error(source, err, offline) from err
     model.to(device)
     model.eval()
+    _check_loaded_weights(model, source)
     _sync_special_ids(model, tokenizer)
     return model, tokenizer
+
+
+def _check_loaded_weights(model: Any, source: str) -> None:
+    """NaN/inf weights load and run, and give garbage that looks like a result: refuse
+    them (``ragen.models.finite``)."""
+    from .finite import check_finite_weights
+
+    check_finite_weights(
+        model,
+        f"model {source}",
+        "these weights diverged; load an earlier checkpoint (RUN/checkpoints/step_N/actor) "
+        "or another model",
+    )
 
 
 def _is_vision_source(source: str, is_local: bool, offline: bool, trust_remote_code: bool) -> bool:

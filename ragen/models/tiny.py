@@ -36,6 +36,8 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from ragen.errors import ConfigError
+
 # ---------------------------------------------------------------------------------------
 # Chat formats
 # ---------------------------------------------------------------------------------------
@@ -425,7 +427,7 @@ def tiny_qwen2_config(size: str, tokenizer, eos_token_id: int, **extra):
     from transformers import Qwen2Config
 
     if size not in PRESETS:
-        raise ValueError(f"unknown tiny model size {size!r}; choose one of {', '.join(PRESETS)}")
+        raise ConfigError(f"unknown tiny model size {size!r}; choose one of {', '.join(PRESETS)}")
     return Qwen2Config(
         vocab_size=len(tokenizer),
         max_position_embeddings=MAX_POSITIONS,
@@ -464,7 +466,7 @@ def create_tiny(
     ``tokenizer.json`` and ``model.safetensors``.
     """
     if size not in PRESETS:
-        raise ValueError(f"unknown tiny model size {size!r}; choose one of {', '.join(PRESETS)}")
+        raise ConfigError(f"unknown tiny model size {size!r}; choose one of {', '.join(PRESETS)}")
     _chat_format(chat_format)
     out = Path(out_dir).expanduser()
     if out.exists() and not out.is_dir():
@@ -485,5 +487,5 @@ def create_tiny(
 
 def _chat_format(name: str) -> ChatFormat:
     if name not in CHAT_FORMATS:
-        raise ValueError(f"unknown chat format {name!r}; choose one of {', '.join(CHAT_FORMATS)}")
+        raise ConfigError(f"unknown chat format {name!r}; choose one of {', '.join(CHAT_FORMATS)}")
     return CHAT_FORMATS[name]

@@ -45,6 +45,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ragen.errors import ConfigError
+
 from .tiny import DEFAULT_SIZE, PRESETS, build_tokenizer
 
 IMAGE_TOKEN = "<image>"
@@ -107,7 +109,7 @@ IDEFICS3_SCALE_FACTOR = 2
 
 def _check_architecture(architecture: str) -> None:
     if architecture not in ARCHITECTURES:
-        raise ValueError(
+        raise ConfigError(
             f"unknown tiny VLM architecture {architecture!r}; choose one of {', '.join(ARCHITECTURES)}"
         )
 
@@ -195,7 +197,7 @@ def _qwen2_vl_processor(tokenizer, image_size: int, patch_size: int, architectur
     from .vlm import image_only_processor_class
 
     if image_size % (patch_size * QWEN2_VL_MERGE_SIZE):
-        raise ValueError(
+        raise ConfigError(
             f"image_size {image_size} must be a multiple of patch_size * {QWEN2_VL_MERGE_SIZE} "
             f"= {patch_size * QWEN2_VL_MERGE_SIZE} for {architecture}"
         )
@@ -362,9 +364,9 @@ def create_tiny_vlm(
     """
     _check_architecture(architecture)
     if size not in PRESETS:
-        raise ValueError(f"unknown tiny model size {size!r}; choose one of {', '.join(PRESETS)}")
+        raise ConfigError(f"unknown tiny model size {size!r}; choose one of {', '.join(PRESETS)}")
     if image_size % patch_size:
-        raise ValueError(f"image_size {image_size} must be a multiple of patch_size {patch_size}")
+        raise ConfigError(f"image_size {image_size} must be a multiple of patch_size {patch_size}")
     out = Path(out_dir).expanduser()
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"{out} exists and is not a folder; pick another --out")

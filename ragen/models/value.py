@@ -26,7 +26,7 @@ import copy
 import os
 from typing import Any
 
-from ragen.errors import ModelLoadError
+from ragen.errors import ModelLoadError, UsageError
 
 from .loading import load_policy, pick_device, pick_dtype, quiet_transformers, resolve_source
 from .logprobs import position_ids_from_mask
@@ -141,7 +141,7 @@ def create_critic(policy_path_or_model, device: Any = None, dtype: Any = None):
     missing, unexpected = backbone.load_state_dict(_backbone_state_dict(policy), strict=False)
     missing = [k for k in missing if "rotary_emb" not in k]  # buffers rebuilt from config
     if missing or unexpected:
-        raise ValueError(
+        raise UsageError(
             f"policy backbone does not match the critic: missing {missing[:3]}, "
             f"unexpected {unexpected[:3]}; pass the policy's folder instead"
         )

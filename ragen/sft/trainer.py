@@ -23,7 +23,7 @@ import torch
 
 from ragen.agent.rollout import RolloutConfig
 from ragen.agent.trajectory import Trajectory
-from ragen.errors import ConfigError, UsageError
+from ragen.errors import ConfigError, NonFiniteError, UsageError
 from ragen.models.loading import quiet_transformers
 from ragen.trainer.batching import TrainingBatch, collate, micro_batches
 
@@ -112,6 +112,22 @@ class SFTConfig:
             raise ConfigError(f"max_seconds must be null or a number > 0, got {self.max_seconds}")
         if self.heldout_episodes < 0:
             raise ConfigError(f"heldout_episodes must be >= 0, got {self.heldout_episodes}")
+        # `not a <= x` style checks: NaN fails them too (an inf/NaN lr trains NaN weights)
+        if not 0 < self.lr < math.inf:
+            raise ConfigError(
+                f"lr: the learning rate must be a finite number > 0, got {self.lr}. "
+                "Fix: e.g. --lr 5e-4 (the default)"
+            )
+        if not 0 <= self.weight_decay < math.inf:
+            raise ConfigError(
+                f"weight_decay: must be a finite number >= 0, got {self.weight_decay}. "
+                "Fix: 0 turns it off"
+            )
+        if not 0 <= self.epsilon <= 1:
+            raise ConfigError(
+                f"epsilon: the share of expert actions made random must be in [0, 1], got "
+                f"{self.epsilon}. Fix: e.g. --epsilon 0.1 (0: the expert's own actions)"
+            )
 
 
 def make_expert_data(
@@ -215,6 +231,7 @@ def train_sft(
     log=print,
     heldout: list[Trajectory] | None = None,
     on_epoch=None,
+    dump_dir: str | Path | None = None,
 ) -> list[dict]:
     """Train ``model`` in place on ``data``; returns per-step metrics.
 
@@ -224,9 +241,14 @@ def train_sft(
     warm start that does not fit what it was taught shows it. ``on_epoch(model,
     tokenizer, epoch)``
     may return more metrics for that record (say, success on the SFT states).
+
+    A NaN/inf loss or gradient stops training before that optimizer step with a
+    :class:`~ragen.errors.NonFiniteError`; with ``dump_dir`` the step's batch is saved in
+    ``dump_dir/nonfinite/step_N`` first (``ragen.trainer.nonfinite``).
     """
     from ragen.models.precision import autocast_for
     from ragen.models.vlm import is_processor, text_tokenizer
+    from ragen.trainer.nonfinite import nonfinite_loss
 
     device = next(model.parameters()).device
     processor = tokenizer if is_processor(tokenizer) else None  # a VLM: pixels too
@@ -272,13 +294,20 @@ def train_sft(
             rows = [data[i] for i in order[start : start + cfg.batch_size]]
             batch = collate(rows, pad_id)
             total_tokens = float(batch.response_mask.sum())
-            loss_sum = 0.0
+            loss_sum, problem = 0.0, ""
             for _, mb in micro_batches(batch, range(batch.size), cfg.micro_token_budget):
                 with autocast:
                     nll, _ = sft_loss(model, mb.to(device), processor)
+                problem = problem or nonfinite_loss(nll, "SFT loss", model)
+                if problem:
+                    break
                 (nll / total_tokens).backward()
                 loss_sum += float(nll.detach())
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, 1.0))
+            if problem or not math.isfinite(grad_norm):
+                raise _nonfinite_sft_error(
+                    step + 1, problem or f"the gradient norm is {grad_norm}", batch, cfg, dump_dir
+                )
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             sched.step()
@@ -357,6 +386,24 @@ def sft_fit(model, rows: list[Trajectory], pad_id: int, token_budget: int) -> di
     }
 
 
+def _nonfinite_sft_error(
+    step: int, what: str, batch: TrainingBatch, cfg: SFTConfig, dump_dir: str | Path | None
+) -> NonFiniteError:
+    """Save SFT step ``step``'s batch (when ``dump_dir`` is given); the one-line error."""
+    saved = ""
+    if dump_dir is not None:
+        from ragen.trainer.nonfinite import NONFINITE_DIR, save_step_data
+
+        folder = Path(dump_dir) / NONFINITE_DIR / f"step_{step:06d}"
+        tensors = {k: getattr(batch, k) for k in ("input_ids", "attention_mask", "response_mask")}
+        save_step_data(folder, tensors, {"step": step, "what": what, "lr": cfg.lr})
+        saved = f"; the step's batch is saved in {folder} for inspection"
+    return NonFiniteError(
+        f"sft step {step}: {what}, so training stops before that optimizer step and no "
+        f"model is saved{saved}. Fix: lower --lr (now {cfg.lr:g})"
+    )
+
+
 def run_sft(
     base_model: str, out_dir: str | Path, cfg: SFTConfig, log=print, on_epoch=None, device=None
 ) -> Path:
@@ -388,7 +435,14 @@ def run_sft(
         # RL run agree on which modules carry adapters
         model = apply_lora(model, LoraConfig(rank=cfg.lora_rank, alpha=cfg.lora_alpha))
     heldout = make_expert_data(tokenizer, cfg, "heldout") if cfg.heldout_episodes else None
-    history = train_sft(model, tokenizer, data, cfg, log=log, heldout=heldout, on_epoch=on_epoch)
+    history = train_sft(
+        model, tokenizer, data, cfg, log=log, heldout=heldout, on_epoch=on_epoch, dump_dir=out
+    )
+    from ragen.models.finite import check_finite_weights
+
+    check_finite_weights(  # never write a model that would "evaluate" as garbage
+        model, f"refusing to save the SFT model to {out}", f"lower --lr (now {cfg.lr:g})"
+    )
     if cfg.lora_rank > 0:
         with quiet_transformers():  # the adapter alone, for `ragen sft merge`
             model.save_pretrained(out / "adapter")

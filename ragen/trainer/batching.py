@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from ragen.agent.trajectory import Trajectory
+from ragen.errors import ConfigError
 
 
 @dataclass
@@ -180,7 +181,7 @@ def baseline_groups(
       a fully observed env whose observation text is the state (the grids).
     """
     if turn_baseline not in TURN_BASELINES:
-        raise ValueError(f"unknown turn baseline {turn_baseline!r}: use turn or state")
+        raise ConfigError(f"unknown turn baseline {turn_baseline!r}: use turn or state")
     keys: dict[tuple[int, object], int] = {}
     ids = []
     for t in trajectories:
@@ -221,7 +222,7 @@ def place_rewards(
                 traj.turn_rewards[: len(traj.turn_ends)], dtype=torch.float
             )
         else:
-            raise ValueError(f"unknown reward placement {placement!r}: use trajectory or turn")
+            raise ConfigError(f"unknown reward placement {placement!r}: use trajectory or turn")
     return rewards
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import errno
 import inspect
 import json
 import os
@@ -47,7 +48,7 @@ import numpy as np
 import torch
 
 from ragen.checkpoint_verify import file_problems, sha256_file, stat_fingerprint
-from ragen.errors import CheckpointError
+from ragen.errors import CheckpointError, RunDirError
 
 FORMAT_NAME = "ragen-checkpoint"
 FORMAT_VERSION = 1
@@ -245,6 +246,16 @@ class CheckpointManager:
                 f"checkpoint {final} already exists; pass overwrite=True to replace it, or "
                 "resume from it instead of re-training that step"
             )
+        from ragen.models.finite import check_finite_weights
+
+        for role, model in (("actor", actor), ("critic", critic)):
+            if model is not None:  # a NaN checkpoint would load and "evaluate" as garbage
+                check_finite_weights(
+                    _unwrap(model),
+                    f"refusing to save checkpoint {final}: the {role}",
+                    "the run diverged; lower the learning rate (model.actor_lr / "
+                    "model.critic_lr) and resume from the previous checkpoint",
+                )
         state = dict(trainer_state or {})
         state["step"] = step
         state_text = _to_json(state, "trainer_state")
@@ -290,10 +301,13 @@ class CheckpointManager:
                 "files": _describe_files(tmp),  # hashing also fsyncs every file
             }
             _write_synced(tmp / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
-        except BaseException:
+        except BaseException as err:
             # Never leave a half-written folder behind from a failure we can see (a hard
             # crash still can; list() ignores it and the next save of this step removes it).
             shutil.rmtree(tmp, ignore_errors=True)
+            needed = _checkpoint_bytes(actor, critic, optimizers or {})
+            if isinstance(err, Exception) and _is_disk_full(err, self.root, needed):
+                raise self._disk_full(step, needed) from None
             raise
 
         if final.exists():  # overwrite=True: swap only once the new checkpoint is complete
@@ -309,6 +323,22 @@ class CheckpointManager:
         self._verified.pop(final.resolve(), None)
         self._prune(keep=final)
         return final
+
+    def _disk_full(self, step: int, needed: int) -> DiskFullError:
+        """The one-line error after a save of ``step`` ran out of space (its ``.tmp``
+        folder already removed, so the previous checkpoints are as they were)."""
+        free = shutil.disk_usage(self.root).free if self.root.exists() else 0
+        earlier = [p for p in self.list() if step_of(p) < step]
+        kept = (
+            f"the previous checkpoint {earlier[-1]} is intact"
+            if earlier
+            else "there is no earlier checkpoint"
+        )
+        return DiskFullError(
+            f"disk full while saving step {step} to {self.root} (needed ~{_mb(needed)}, "
+            f"{_mb(free)} free); the step's checkpoint was not written and {kept}. Fix: free "
+            "space on that disk (trainer.keep_last=N keeps fewer checkpoints), then resume the run"
+        )
 
     def move_after(self, step: int, dest: str | Path) -> list[Path]:
         """Move every checkpoint later than ``step`` (complete or ``.tmp``) into ``dest``.
@@ -524,12 +554,28 @@ def _prepare_model_load(
         state = load_file(str(adapter_files[0]), device="cpu")
         expected = get_peft_model_state_dict(model, adapter_name=model.active_adapter)
         _check_names_and_shapes(expected, state, f"{folder / (role + '_adapter')}", tied={})
+        _check_finite_state(state, folder / f"{role}_adapter")
         return model, state, True
     # A plain model takes the full weights (the merged ones for a PEFT checkpoint).
     state = _read_safetensors(folder / role)
     expected = model.state_dict()
     _check_names_and_shapes(expected, state, str(folder / role), tied=_tied_names(expected))
+    _check_finite_state(state, folder / role)
     return model, state, False
+
+
+def _check_finite_state(state: Mapping[str, torch.Tensor], where: Path) -> None:
+    """Refuse weights with NaN/inf before they replace the model's (``ragen.models.finite``)."""
+    from ragen.errors import NonFiniteError
+    from ragen.models.finite import nonfinite_tensors
+
+    bad = nonfinite_tensors(state.items())
+    if bad:
+        raise NonFiniteError(
+            f"weights in {where}: {len(bad)} of {len(state)} tensors hold NaN or inf "
+            f"({_summarize(bad)}). Fix: resume from an earlier checkpoint "
+            "(trainer.resume=RUN/checkpoints/step_N)"
+        )
 
 
 def _apply_model_state(model: torch.nn.Module, state: dict, is_adapter: bool) -> None:
@@ -686,6 +732,58 @@ def config_differences(saved: Mapping, current: Mapping, keys: Iterable[str]) ->
         if a != b:
             diffs.append(f"{key}: checkpoint={a!r}, now={b!r}")
     return diffs
+
+
+# ------------------------------------------------------------------------------- disk full
+class DiskFullError(RunDirError):
+    """A checkpoint save that ran out of disk space (or quota)."""
+
+
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+# what writers that hide the errno say: torch.save ("basic_ios::clear: iostream error",
+# "PytorchStreamWriter failed writing file"), safetensors/Rust ("os error 28")
+_WRITE_FAILED = ("no space left", "os error 28", "iostream error", "failed writing", "write failed")
+
+
+def _is_disk_full(err: BaseException, root: Path, needed: int) -> bool:
+    """Whether ``err`` (or an error it came from) means the disk under ``root`` is full:
+    ENOSPC/EDQUOT anywhere in its chain, or a write failure whose writer hides the errno
+    while less than ``needed`` bytes are free."""
+    seen: set[int] = set()
+    node: BaseException | None = err
+    write_failed = False
+    while node is not None and id(node) not in seen:
+        seen.add(id(node))
+        if isinstance(node, OSError) and node.errno in _NO_SPACE:
+            return True
+        write_failed |= any(s in str(node).lower() for s in _WRITE_FAILED)
+        node = node.__cause__ or node.__context__
+    if not write_failed:
+        return False
+    try:
+        return shutil.disk_usage(root).free < needed
+    except OSError:
+        return False
+
+
+def _checkpoint_bytes(
+    actor: torch.nn.Module, critic: torch.nn.Module | None, optimizers: Mapping[str, Any]
+) -> int:
+    """About how many bytes a checkpoint of these models and optimizers takes."""
+    total = 0
+    for model in (actor, critic):
+        if model is not None:
+            total += sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    for opt in optimizers.values():
+        for state in opt.state.values():
+            total += sum(
+                v.numel() * v.element_size() for v in state.values() if isinstance(v, torch.Tensor)
+            )
+    return total + (1 << 20)  # tokenizer, RNG states, JSON files
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:,.0f} MB" if n >= 1e6 else f"{n / 1e6:.2f} MB"
 
 
 # ------------------------------------------------------------------------------- files

@@ -38,6 +38,8 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ragen.errors import ConfigError
+
 __all__ = ["CollapseConfig", "CollapseDetector", "CollapseWarning", "SIGNALS", "ON_COLLAPSE"]
 
 ON_COLLAPSE = ("warn", "stop", "rollback")
@@ -119,7 +121,7 @@ class CollapseDetector:
         self.cfg = cfg or CollapseConfig()
         unknown = sorted(set(self.cfg.signals) - set(SIGNALS))
         if unknown:
-            raise ValueError(f"unknown collapse signals {unknown}; choose from {sorted(SIGNALS)}")
+            raise ConfigError(f"unknown collapse signals {unknown}; choose from {sorted(SIGNALS)}")
         self.reset()
 
     def reset(self) -> None:

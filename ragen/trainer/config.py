@@ -463,9 +463,25 @@ def check_env_options(name: str, options: dict[str, Any], key: str = "env.config
             )
 
 
+def _check_finite(node: Any, prefix: str = "") -> None:
+    """Every float key of the config tree is a finite number: NaN passes every ``value <= 0``
+    style check below, and an inf learning rate trains weights into NaN (issue 36)."""
+    import dataclasses
+
+    for f in dataclasses.fields(node):
+        value, key = getattr(node, f.name), f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(value):
+            _check_finite(value, f"{key}.")
+        elif isinstance(value, float) and not math.isfinite(value):
+            default = f.default if f.default is not dataclasses.MISSING else None
+            example = "null (off)" if default is None else f"the default {default}"
+            _fail(key, f"must be a finite number, got {value}", f"give a number, e.g. {example}")
+
+
 def _check_ranges(cfg: TrainConfig) -> None:
     """Single values, each on its own (positivity, intervals)."""
     a, m, t = cfg.algo, cfg.model, cfg.trainer
+    _check_finite(cfg)
     for key, value in (
         ("trainer.total_steps", t.total_steps),
         ("algo.ppo_epochs", a.ppo_epochs),
@@ -572,6 +588,14 @@ def _check_ranges(cfg: TrainConfig) -> None:
             _fail(f"algo.{key}", f"must be >= 0, got {value}", "0 turns it off")
     if a.clip_ratio_c <= 1:
         _fail("algo.clip_ratio_c", "dual-clip constant must exceed 1", "use 3.0 (default)")
+    if a.grad_clip <= 0:
+        _fail("algo.grad_clip", f"the gradient-norm clip must be > 0, got {a.grad_clip}",
+              "e.g. 1.0 (default); a huge value such as 1e9 leaves gradients unclipped")  # fmt: skip
+    if a.skip_grad_norm_above is not None and a.skip_grad_norm_above <= 0:
+        _fail("algo.skip_grad_norm_above", f"must be null or > 0, got {a.skip_grad_norm_above}",
+              "null never skips; e.g. 10 skips optimizer steps whose grad norm exceeds 10")  # fmt: skip
+    if t.val_temperature < 0:
+        _fail("trainer.val_temperature", f"must be >= 0, got {t.val_temperature}", "0 is greedy")
     if a.filter.strategy == "top_p" and not 0 < a.filter.value <= 1:
         _fail(
             "algo.filter.value",

@@ -45,6 +45,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from ragen.errors import ConfigError
+
 METRICS_FILE = "metrics.jsonl"
 TRAJECTORY_DIR = "trajectories"
 TENSORBOARD_DIR = "tensorboard"
@@ -461,12 +463,12 @@ def _import_wandb(spec: Mapping[str, Any]):
     """Validate the W&B settings; return the ``wandb`` module, or ``None`` when disabled."""
     unknown = set(spec) - _WANDB_KEYS
     if unknown:
-        raise ValueError(
+        raise ConfigError(
             f"unknown W&B setting(s) {sorted(unknown)}; allowed: {sorted(_WANDB_KEYS)}"
         )
     mode = spec.get("mode", "offline")
     if mode not in WANDB_MODES:
-        raise ValueError(f"W&B mode must be 'offline', 'online' or 'disabled', got {mode!r}")
+        raise ConfigError(f"W&B mode must be 'offline', 'online' or 'disabled', got {mode!r}")
     if mode == "disabled":
         return None
     try:

@@ -39,7 +39,7 @@ import torch
 from ragen import algo
 from ragen.agent.trajectory import Trajectory
 from ragen.envs.base import derive_seed
-from ragen.errors import ConfigError
+from ragen.errors import ConfigError, NonFiniteError
 from ragen.models.logprobs import sequence_logprobs
 from ragen.models.precision import cpu_autocast
 from ragen.models.value import critic_values
@@ -58,6 +58,7 @@ from .batching import (
     place_rewards,
 )
 from .config import TrainConfig, to_dict, to_yaml
+from .nonfinite import NonFiniteUpdate, nonfinite_loss
 from .signals import StepAbandoned, StopSignals, TrainingInterrupted
 
 
@@ -127,6 +128,8 @@ def token_values(
 class StarPOTrainer:
     """Multi-turn PPO/GRPO/TRICO trainer. ``StarPOTrainer(cfg).train()`` runs a whole job."""
 
+    _nonfinite_loss = ""  # the first NaN/inf loss of the current minibatch, if any
+
     def __init__(self, cfg: TrainConfig, argv: Sequence[str] | None = None):
         """``argv``: the ``ragen train`` arguments that built ``cfg``; the message after
         Ctrl-C/SIGTERM repeats them as the exact command that resumes the run."""
@@ -139,7 +142,19 @@ class StarPOTrainer:
         seed_everything(t.seed)
         self.run_name = t.run_name or f"{cfg.env.name}-{cfg.algo.name}"
         self.run_dir = Path(t.run_dir or Path("runs") / self.run_name)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        from .run_lock import RunLock
+
+        # one training per folder, checked before anything is loaded or written
+        self.run_lock = RunLock(self.run_dir).acquire()
+        try:
+            self._construct(cfg)
+        except BaseException:
+            self.run_lock.release()
+            raise
+
+    def _construct(self, cfg: TrainConfig) -> None:
+        """The rest of ``__init__``, once the run folder is ours."""
+        t = cfg.trainer
         from ragen.models.loading import pick_device, pick_dtype
 
         self.device = pick_device(cfg.model.device, key="model.device")
@@ -162,7 +177,12 @@ class StarPOTrainer:
             from ragen.distributed import ScaleOut
 
             self.scale = ScaleOut(self)
-        (self.run_dir / "config.yaml").write_text(to_yaml(cfg))
+        try:
+            (self.run_dir / "config.yaml").write_text(to_yaml(cfg))
+        except OSError as err:
+            from .run_lock import unwritable_error
+
+            raise unwritable_error(self.run_dir, err) from None
         self.logger = self._open_logger(self.start_step)
         from .collapse_guard import CollapseGuard
 
@@ -414,10 +434,13 @@ class StarPOTrainer:
         return limit is not None and time.perf_counter() - started >= 60 * limit
 
     def close(self) -> None:
-        """Stop the rollout workers and training ranks, if any (``train()`` does it)."""
+        """Stop the rollout workers and training ranks, if any, and free the run folder
+        for another training (``train()`` does it)."""
         if self.scale is not None:
             self.scale.close()
             self.scale = None
+        if getattr(self, "run_lock", None) is not None:  # a rank replica holds none
+            self.run_lock.release()
 
     def _save_if_trained(self, step: int) -> None:
         """Save ``step`` unless no step since the last checkpoint (or the start) trained
@@ -477,10 +500,52 @@ class StarPOTrainer:
             f"rollout.max_turns, rollout.context_window); {tail}"
         )
 
+    def _nonfinite_error(
+        self, step: int, batch: TrainingBatch, what: str, metrics: dict[str, float]
+    ) -> NonFiniteError:
+        """Save step ``step + 1``'s batch for inspection; the one-line error that stops the
+        run (``ragen.trainer.nonfinite``)."""
+        from .checkpoint import step_dir_name
+        from .nonfinite import NONFINITE_DIR, save_step_data
+
+        m, a = self.cfg.model, self.cfg.algo
+        folder = self.run_dir / NONFINITE_DIR / step_dir_name(step + 1)
+        report = {
+            "step": step + 1,
+            "what": what,
+            "settings": {
+                "model.actor_lr": m.actor_lr,
+                "model.critic_lr": m.critic_lr,
+                "algo.grad_clip": a.grad_clip,
+                "algo.adv_estimator": a.adv_estimator,
+            },
+            "metrics": metrics,
+        }
+        tensors = {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)}
+        save_step_data(folder, tensors, report)
+        saved = getattr(self, "_saved_step", 0)
+        kept = (
+            f"the last checkpoint is {self.checkpoints.path_for(saved)}"
+            if saved
+            else "no checkpoint was saved yet"
+        )
+        return NonFiniteError(
+            f"step {step + 1}: {what}, so the run stops before that optimizer step; the "
+            f"step's batch is saved in {folder} for "
+            f"inspection; {kept}. Fix: lower model.actor_lr (now {m.actor_lr:g}) or "
+            f"model.critic_lr (now {m.critic_lr:g}), or look for inf/NaN rewards in "
+            f"{folder}/batch.pt. {self.resume_hint()}"
+        )
+
     def save_checkpoint(self, step: int) -> Path:
         """Save ``step``; signals arriving meanwhile wait until the checkpoint is complete."""
+        from .checkpoint import DiskFullError
+
         with self.signals.saving():
-            path = self._write_checkpoint(step)
+            try:
+                path = self._write_checkpoint(step)
+            except DiskFullError as err:  # the message gains the command that resumes
+                raise DiskFullError(f"{err}. {self.resume_hint()}") from None
         self._saved_step = step
         self._trained_since_save = False
         return path
@@ -597,7 +662,10 @@ class StarPOTrainer:
         self.signals.abandonable = False  # from here on the step changes weights: it finishes
         updater = self.scale.updater if self.scale is not None else None
         # train_ranks > 1: this same update, data-parallel (ragen.distributed.data_parallel)
-        update_metrics = (updater or self).update(batch, step)
+        try:
+            update_metrics = (updater or self).update(batch, step)
+        except NonFiniteUpdate as err:
+            raise self._nonfinite_error(step, batch, str(err), metrics) from None
         self._step_trained = True
         metrics.update(update_metrics)
         timing["timing/update"] = time.perf_counter() - tic
@@ -869,12 +937,16 @@ class StarPOTrainer:
         a = self.cfg.algo
         params = [p for p in model.parameters() if p.requires_grad]
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, a.grad_clip))
-        skip = not math.isfinite(grad_norm) or (
-            a.skip_grad_norm_above is not None and grad_norm > a.skip_grad_norm_above
-        )
+        if not math.isfinite(grad_norm):
+            # NaN/inf never reaches the weights, and never passes silently: the step
+            # stops here and train_step saves its data (ragen.trainer.nonfinite)
+            optimizer.zero_grad(set_to_none=True)
+            seen, self._nonfinite_loss = self._nonfinite_loss, ""
+            raise NonFiniteUpdate(seen or f"the {prefix}'s gradient norm is {grad_norm}")
+        skip = a.skip_grad_norm_above is not None and grad_norm > a.skip_grad_norm_above
         if skip:
-            # VAGEN-style safety: a non-finite or exploding gradient skips the step
-            # (logged as <prefix>/skipped_steps) instead of wrecking the weights.
+            # VAGEN-style safety: an exploding gradient skips the step (logged as
+            # <prefix>/skipped_steps) instead of wrecking the weights.
             optimizer.zero_grad(set_to_none=True)
         else:
             optimizer.step()
@@ -922,6 +994,10 @@ class StarPOTrainer:
                 kl_term = algo.agg_loss(kl, mask, mode, norm, denominator=denom)
                 loss = loss + a.kl_coef * kl_term
                 stats["actor/kl_loss"] += float(kl_term.detach())
+            problem = nonfinite_loss(loss, "actor loss", self.actor)
+            if problem:  # no backward; _optimizer_step stops the step
+                self._nonfinite_loss = self._nonfinite_loss or problem
+                continue
             loss.backward()
             # losses are parts of the minibatch loss already: they add up
             stats["actor/pg_loss"] += float(pg_loss.detach())
@@ -962,6 +1038,10 @@ class StarPOTrainer:
                 norm_constant=norm,
                 denominator=denom,
             )
+            problem = nonfinite_loss(loss, "critic's value loss", self.critic)
+            if problem:  # no backward; _optimizer_step stops the step
+                self._nonfinite_loss = self._nonfinite_loss or problem
+                continue
             loss.backward()
             stats["critic/value_loss"] += float(loss.detach())
             share = float(mb.advantage_mask.sum()) / total_tokens
