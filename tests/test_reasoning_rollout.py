@@ -43,12 +43,20 @@ def test_expert_replies_parse_and_earn_full_reasoning_scores(env, fmt):
     expected = set(format_rewards(fmt))
     turns = [turn for t in result.trajectories for turn in t.turns]
     assert turns
+    full = 0
     for turn in turns:
         assert turn.format_ok, turn.info["format_error"]
         assert parse_reply(turn.response, fmt).format_ok
         assert set(turn.info["reasoning_scores"]) == expected
-        assert all(v == 1.0 for v in turn.info["reasoning_scores"].values()), turn.response
+        scores = set(turn.info["reasoning_scores"].values())
+        # a move that changes the state earns full marks; one that changes nothing (a
+        # random wall bump) earns nothing, however truthfully it is described
+        assert scores in ({1.0}, {0.0}), turn.response
+        full += scores == {1.0}
+        if scores == {0.0} and env != "frozen_lake":  # deterministic: it did not move
+            assert turn.info["action_is_effective"] == [False], turn.response
         assert turn.info["reasoning_reward"] == 0.0  # scored and logged, not rewarded
+    assert full > len(turns) // 2
 
 
 @pytest.mark.parametrize("fmt", STRUCTURED)

@@ -536,19 +536,25 @@ def _score_reasoning(env: Any, parsed: Any, reasoning: str, actions: list[str]) 
     *intended* outcome of them (``Env.predict_facts``), taken before they run.
     """
     fact_kinds = tuple(env.fact_kinds)
-    wanted = applicable_rewards(reasoning, fact_kinds, env.action_names)
+    # an observation format other than the bare grid lists the facts in the observation
+    states_facts = getattr(env, "observation_format", "grid") != "grid"
+    wanted = applicable_rewards(reasoning, fact_kinds, env.action_names, states_facts)
     if not wanted:
         return ReasoningScores()
     true_facts = env.state_facts() if "grounding" in wanted else None
-    predicted = env.predict_facts(list(actions)) if "world_model" in wanted else None
+    # what the answer would change: a turn that changes nothing earns no reasoning credit
+    predicted = env.predict_facts(list(actions)) if fact_kinds else None
+    before = env.predict_facts([]) if fact_kinds else None
     return score_turn(
         parsed,
         reasoning,
         true_facts=true_facts,
         predicted_truth=predicted,
+        facts_before=before,
         fact_kinds=fact_kinds,
         prediction_kinds=tuple(env.prediction_kinds),
         action_names=env.action_names,
+        observation_states_facts=states_facts,
     )
 
 
