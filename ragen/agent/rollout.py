@@ -29,6 +29,8 @@ from typing import Any
 
 from ragen.engines.base import SamplingParams
 from ragen.envs.base import StepResultError, check_step_result, derive_seed
+from ragen.envs.facts import format_facts
+from ragen.envs.rgb import png_data_uri
 from ragen.envs.visual import has_image_observations
 
 from . import prompts
@@ -36,7 +38,7 @@ from .context import ChatFormat, ContextManager, SampleIds
 from .env_manager import EnvStateManager
 from .parsing import ANSWER_CLOSE, clean_text
 from .policies import Policy, PolicyOutput, TurnRequest
-from .reasoning import REASONING_FORMATS, check_env_supports, parse_reply
+from .reasoning import REASONING_FORMATS, check_env_supports, needs_facts, parse_reply
 from .reasoning_rewards import REASONING_REWARDS, ReasoningScores, applicable_rewards, score_turn
 from .trajectory import Trajectory, TurnRecord
 from .visual_context import chat_format_for
@@ -209,6 +211,9 @@ class _Episode:
     num_valid: int = 0
     num_effective: int = 0
     num_format_errors: int = 0
+    # the pictures the policy was shown this turn (a visual env, a policy with a
+    # tokenizer); the turn record keeps them as PNG so the viewer shows what it saw
+    pictures: list | None = None
 
     @property
     def done(self) -> bool:
@@ -357,6 +362,7 @@ def _open_turn(
         # a visual env's pictures of this observation (ragen.envs.visual); a text policy
         # without a tokenizer reads the text only
         pictures = env.observation_images() if has_image_observations(env) else None
+        ep.pictures = pictures
         prompt_ids = ep.ctx.next_prompt(user, pictures)
         images = ep.ctx.prompt_images or None
         if len(prompt_ids) + config.max_new_tokens > max_model_len:
@@ -395,6 +401,9 @@ class _Reply:
     potential: float  # Phi(s) before the actions (0 when progress shaping is off)
     observation: str  # the state the reply answered
     n_tokens: int
+    # the env's facts of that state and the intended outcome of the actions, as text,
+    # when the format states facts (None otherwise): recorded for the viewer
+    facts: dict[str, str] | None = None
 
 
 def _read_reply(
@@ -418,7 +427,28 @@ def _read_reply(
     # scored against the state the reply answered, before any action runs
     scores = _score_reasoning(env, parsed, config.reasoning, executed)
     potential = env.progress_potential() if config.progress_reward > 0 else 0.0
-    return _Reply(text, parsed, executed, scores, potential, observation, n_tokens)
+    facts = _facts_before(env, config.reasoning, executed)
+    return _Reply(text, parsed, executed, scores, potential, observation, n_tokens, facts)
+
+
+def _facts_before(env: Any, reasoning: str, actions: list[str]) -> dict[str, str] | None:
+    """What the turn record keeps of the truth a structured thought is checked against
+    (``ragen view`` sets it beside the stated facts): the state's facts and the intended
+    outcome of ``actions``; None when the format states no facts."""
+    if not (needs_facts(reasoning) and env.fact_kinds):
+        return None
+    return {
+        "state": format_facts(env.state_facts()),
+        "intended": format_facts(env.predict_facts(list(actions))),
+    }
+
+
+def _facts_after(env: Any, before: dict[str, str]) -> dict[str, str]:
+    """``before`` plus ``next``: the facts of the prediction's kinds after the actions ran
+    (what happened, which a slippery env makes differ from ``intended``)."""
+    kinds = set(env.prediction_kinds)
+    after = [f for f in env.state_facts() if f.kind in kinds]
+    return {**before, "next": format_facts(after)}
 
 
 def _play(env: Any, actions: list[str]) -> list[tuple[str, float, bool, bool, dict[str, Any]]]:
@@ -509,6 +539,8 @@ def _record_turn(
                 "reasoning_scores": scores.as_dict(),
                 "reasoning_reward": reasoning_reward,
                 **({"progress_reward": progress} if config.progress_reward > 0 else {}),
+                **({"facts": _facts_after(env, reply.facts)} if reply.facts else {}),
+                **({"images": [png_data_uri(p) for p in ep.pictures]} if ep.pictures else {}),
             },
         )
     )
