@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from . import overview
-from .data import CHUNK, Reading, text_of, episode_entry, write_data, write_lines
+from .data import CHUNK, Reading, episode_entry, text_of, write_data, write_lines
 from .load import Collection, Run, StepFile, finite, load, read_episode_lines, read_episodes
 from .overview import fmt
 from .reasoning_stats import mismatches, step_stats

@@ -94,7 +94,11 @@ def _malformed(k: int, n: int, response: str) -> dict:
         "format_ok": False,
         "reward": -0.1,
         "done": k == n - 1,
-        "info": {"format_error": "no <answer> block", "action_is_valid": [], "reasoning_scores": {}},
+        "info": {
+            "format_error": "no <answer> block",
+            "action_is_valid": [],
+            "reasoning_scores": {},
+        },
     }
 
 
