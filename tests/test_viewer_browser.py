@@ -178,7 +178,7 @@ def test_charts_and_labelled_events(chrome, synthetic):
     ref = chrome.find_element(By.CSS_SELECTOR, "#collapse-entropy line.ref-threshold")
     assert ref.get_attribute("data-y") == "0.4"
     # the warning that rolled back and the rollback itself, labelled on every chart
-    warn = chrome.find_element(By.CSS_SELECTOR, '#curves .event-marker[data-signal="entropy"]')
+    warn = chrome.find_element(By.CSS_SELECTOR, '#curves .event-marker[data-signals~="entropy"]')
     assert "entropy → rollback" in _text(warn) and warn.get_attribute("data-step") == "10"
     arrow = chrome.find_element(By.CSS_SELECTOR, "#curves .rollback-marker")
     assert (arrow.get_attribute("data-from"), arrow.get_attribute("data-step")) == ("10", "5")

@@ -30,7 +30,7 @@ def test_training_run_site(tmp_path):
     site = index.parent
     html = index.read_text()
     # every chart marks the warnings (by signal and action) and the rollback (an arrow)
-    assert html.count('data-signal="entropy" data-action="rollback"') >= 6
+    assert html.count('data-signals="entropy" data-action="rollback"') >= 6
     assert html.count('class="event-marker rollback-marker"') >= 6
     assert "id=events" in html and "group_reward_std" in html
     # the rollback's row: where from and to, the change and the rate read back, the branch

@@ -65,10 +65,10 @@ def ticks(lo: float, hi: float, n: int = 5) -> tuple[list[float], float]:
     """Tick values covering ``[lo, hi]`` and their spacing."""
     step = nice_step(hi - lo, n)
     first = math.floor(lo / step + 1e-9) * step
-    out, v = [], first
-    while v < hi + step * 0.5:
-        out.append(0.0 if abs(v) < step * 1e-9 else v)
+    out: list[float] = []
+    while not out or out[-1] < hi - step * 1e-9:  # until a tick covers ``hi``
         v = first + len(out) * step
+        out.append(0.0 if abs(v) < step * 1e-9 else v)
     return out, step
 
 
@@ -192,11 +192,16 @@ def panel(
     for r in refs:
         stroke, color = _REF_STYLE.get(r.kind, _REF_STYLE["threshold"])
         y = py(r.y)
+        # a threshold's label sits at the right end of its line, other levels' at the
+        # left end, so that a threshold close to a neutral level stays readable
+        x, anchor = (left + pw - 3, "end") if r.kind == "threshold" else (left + 3, "start")
+        label_y = y - 3 if y - TOP > 12 else y + 10  # under a line at the top
         out.append(
             f'<line class="ref ref-{r.kind}" data-y="{r.y}" x1="{left}" x2="{left + pw}" '
             f'y1="{y:.1f}" y2="{y:.1f}" {stroke}><title>{esc(r.label)}</title></line>'
-            f'<text x="{left + pw - 3}" y="{y - 3:.1f}" text-anchor="end" fill="{color}" '
-            f'class="ref-label">{esc(r.label)}</text>'
+            f'<text x="{x}" y="{label_y:.1f}" text-anchor="{anchor}" fill="{color}" '
+            f'class="ref-label" paint-order="stroke" stroke="#fff" stroke-width="3">'
+            f"{esc(r.label)}</text>"
         )
     out += _event_marks(events, px, TOP, ph, left + pw * 0.6)
     colors: dict[str, str] = {}
@@ -242,45 +247,47 @@ def _label(x: float, y: float, text: str, color: str, flip_at: float) -> str:
 
 
 def _event_marks(events, px, top: int, ph: int, flip_at: float) -> list[str]:
-    """Collapse warnings (a dashed line, labelled with the signal) and rollbacks (an
-    arrow from the step that was left back to the restored checkpoint)."""
+    """Collapse warnings (a dashed line per step and action, labelled with the signals)
+    and rollbacks (an arrow from the step that was left back to the restored
+    checkpoint). Labels go on four rows, so that neighbouring markers stay readable."""
     out = []
-    for n, e in enumerate(events):
-        tip = html.escape(_event_tip(e))
-        step = float(e["step"])
-        label_y = top + 10 + 10 * (n % 3)
-        if e.get("event") == "rollback" and isinstance(e.get("from_step"), (int, float)):
-            x0, x1 = px(float(e["from_step"])), px(step)
-            y = top + ph - 6 - 7 * (n % 3)
-            out.append(
-                f'<g class="event-marker rollback-marker" data-event="rollback" '
-                f'data-step="{e["step"]}" data-from="{e["from_step"]}"><title>{tip}</title>'
-                f'<line x1="{x0:.1f}" x2="{x1:.1f}" y1="{y}" y2="{y}" stroke="#5b3fc2" '
-                f'stroke-width="1.5"/><path d="M{x1:.1f},{y} l5,-3.5 v7 z" fill="#5b3fc2"/>'
-                f'<line x1="{x1:.1f}" x2="{x1:.1f}" y1="{top}" y2="{top + ph}" stroke="#5b3fc2" '
-                f'stroke-width="1" stroke-dasharray="1 2"/>'
-                + _label(x1, y - 3, f"&#8634; to {e['step']}", "#5b3fc2", flip_at)
-                + "</g>"
-            )
-            continue
+    warnings: dict[tuple[float, str], list[dict[str, Any]]] = {}
+    for e in events:
+        if e.get("event") != "rollback" or not isinstance(e.get("from_step"), (int, float)):
+            warnings.setdefault((float(e["step"]), str(e.get("action", ""))), []).append(e)
+    for n, ((step, action), group) in enumerate(sorted(warnings.items())):
         x = px(step)
-        action = str(e.get("action", ""))
-        signal = str(e.get("signal", e.get("event", "")))
+        signals = [str(e.get("signal", e.get("event", ""))) for e in group]
+        tip = html.escape("\n".join(_event_tip(e) for e in group))
         color = "#c33" if action in ("rollback", "stop") else "#c07a00"
+        names = list(dict.fromkeys(signals))  # several: counted (the tooltip names them)
+        text = f"&#9888; {html.escape(names[0]) if len(names) == 1 else f'{len(names)} signals'}"
+        if action != "warn":
+            text += f" &#8594; {html.escape(action)}"
         out.append(
-            f'<g class="event-marker" data-event="{html.escape(str(e.get("event", "")))}" '
-            f'data-step="{e["step"]}" data-signal="{html.escape(signal)}" '
+            f'<g class="event-marker" data-event="{html.escape(str(group[0].get("event", "")))}" '
+            f'data-step="{group[0]["step"]}" data-signals="{html.escape(" ".join(signals))}" '
             f'data-action="{html.escape(action)}"><title>{tip}</title>'
             f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{top + ph}" stroke="{color}" '
             f'stroke-dasharray="4 3" stroke-width="1.5"/>'
-            + _label(
-                x,
-                label_y,
-                f"&#9888; {html.escape(signal)}"
-                + (f" &#8594; {html.escape(action)}" if action != "warn" else ""),
-                color,
-                flip_at,
-            )
+            + _label(x, top + 10 + 10 * (n % 4), text, color, flip_at)
+            + "</g>"
+        )
+    rollbacks = [
+        e for e in events if e.get("event") == "rollback" and e not in sum(warnings.values(), [])
+    ]
+    for k, e in enumerate(rollbacks):
+        x0, x1 = px(float(e["from_step"])), px(float(e["step"]))
+        y = top + ph - 5 - 13 * (k % 3)
+        out.append(
+            f'<g class="event-marker rollback-marker" data-event="rollback" '
+            f'data-step="{e["step"]}" data-from="{e["from_step"]}">'
+            f"<title>{html.escape(_event_tip(e))}</title>"
+            f'<line x1="{x0:.1f}" x2="{x1:.1f}" y1="{y}" y2="{y}" stroke="#5b3fc2" '
+            f'stroke-width="1.5"/><path d="M{x1:.1f},{y} l5,-3.5 v7 z" fill="#5b3fc2"/>'
+            f'<line x1="{x1:.1f}" x2="{x1:.1f}" y1="{top}" y2="{top + ph}" stroke="#5b3fc2" '
+            f'stroke-width="1" stroke-dasharray="1 2"/>'
+            + _label(x1, y - 3, f"&#8634; {k + 1} to {e['step']}", "#5b3fc2", flip_at)
             + "</g>"
         )
     return out

@@ -349,6 +349,18 @@ def _read_branches(run: Run) -> None:
             run.branches.append(branch)
             run.files += files
     run.branches.sort(key=lambda b: (b.first_step is None, b.first_step or 0, b.name))
+    # a later rollback moves the earlier one's warnings (logged at steps after the
+    # restored one) into its branch: gather every event, in the order they happened
+    seen = {json.dumps(e, sort_keys=True, default=str) for e in run.events}
+    for b in run.branches:
+        for e in b.events:
+            key = json.dumps(e, sort_keys=True, default=str)
+            if key not in seen:
+                seen.add(key)
+                run.events.append({**e, "branch": b.name})
+    if all(finite(e.get("time")) is not None for e in run.events):
+        # (a rollback is logged in the same millisecond as its warnings, after them)
+        run.events.sort(key=lambda e: (e["time"], e.get("event") == "rollback"))
 
 
 def read_metrics_and_events(path: Path, run: Run | None = None) -> tuple[list[dict], list[dict]]:

@@ -143,7 +143,13 @@ def events_section(run: Run, branch_pages: dict[str, str]) -> str:
         action = str(e.get("action", ""))
         rows.append(
             f'<tr class="ev-{esc(kind or "event")} action-{esc(action)}" '
-            f'data-step="{esc(e.get("step"))}"><td>{esc(e.get("step"))}</td>'
+            f'data-step="{esc(e.get("step"))}"><td>{esc(e.get("step"))}'
+            + (
+                f"<br><span class=small>abandoned branch {esc(e['branch'])}</span>"
+                if e.get("branch")
+                else ""
+            )
+            + "</td>"
             f"<td>{esc(kind or '')} warning</td><td><code>{esc(signal)}</code></td>"
             f"<td>{value}</td><td>{fmt(threshold)}</td>"
             f"<td><b>{esc(action)}</b>: {esc(e.get('message', ''))}</td></tr>"

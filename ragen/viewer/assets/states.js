@@ -37,7 +37,8 @@
     app.appendChild(el("h2", { id: "state-title", text: "validation state seed " + st.seed }));
     var first = st.cells[String(steps[0])];
     if (first && first.t.length) {
-      app.appendChild(el("div", { cls: "initial" }, [el("h4", { text: "initial observation" }), R.picture(first.t[0].o, TILES), el("pre", { cls: "observation", text: first.t[0].o })]));
+      var t0 = first.t[0], seen = t0.im && t0.im.length ? el("img", { cls: "seen-image", src: t0.im[0], alt: "the picture the model saw" }) : null;
+      app.appendChild(el("div", { cls: "initial seen" }, [el("h4", { text: "initial observation" }), seen || R.picture(t0.o, TILES), el("pre", { cls: "observation", text: t0.o })]));
     }
     var rows = steps.map(function (s) {
       var c = st.cells[String(s)];
@@ -62,8 +63,11 @@
       s.onchange = function () { var n = { seed: st.seed, a: a, b: b }; n[other] = s.value; location.hash = R.hash(n); };
       return s;
     }
-    app.appendChild(el("h3", { text: "How the reasoning changed" }));
-    app.appendChild(el("p", { cls: "filters" }, ["from ", picker("diff-a", a, "a"), " to ", picker("diff-b", b, "b"), el("span", { cls: "small", text: " (struck out: only in the first; underlined: only in the second)" })]));
+    var section = el("div", { id: "diff-section" }, [
+      el("h3", { text: "How the reasoning changed" }),
+      el("p", { cls: "filters" }, ["from ", picker("diff-a", a, "a"), " to ", picker("diff-b", b, "b"), el("span", { cls: "small", text: " (struck out: only in the first; underlined: only in the second)" })])
+    ]);
+    app.appendChild(section);
     var ca = st.cells[a], cb = st.cells[b], n = Math.max(ca.t.length, cb.t.length);
     var diffs = el("div", { id: "diff" });
     for (var k = 0; k < n; k++) {
@@ -74,7 +78,7 @@
         el("div", { cls: "small", text: "actions: " + (ta ? ta.a.join(" || ") || "(none)" : "—") + "  →  " + (tb ? tb.a.join(" || ") || "(none)" : "—") })
       ]));
     }
-    app.appendChild(diffs);
+    section.appendChild(diffs);
   }
 
   function render() {
