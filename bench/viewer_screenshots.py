@@ -87,7 +87,9 @@ def shoot(runs: dict[str, Path], out: Path) -> list[Path]:
 
     from ragen.viewer import build_site
 
-    sites = {k: build_site(p, p.parent / f"{k}-site", on_skip=print).parent for k, p in runs.items()}
+    sites = {
+        k: build_site(p, p.parent / f"{k}-site", on_skip=print).parent for k, p in runs.items()
+    }
     options = webdriver.ChromeOptions()
     options.binary_location = "/usr/bin/chromium"
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
