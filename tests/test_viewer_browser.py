@@ -18,6 +18,7 @@ chromium chromium-driver``) or no ``selenium`` is installed; ``.ci/run`` install
 
 import os
 import shutil
+from urllib.parse import quote
 
 import pytest
 
@@ -305,6 +306,12 @@ def test_prediction_beside_what_happened(chrome, tmp_path):
         chips = section.find_elements(By.CSS_SELECTOR, ".grounding .fact")
         assert [_text(c) for c in chips] == facts["state"].split("; ")
         assert all(c.get_attribute("class") == "fact ok" for c in chips)
+        # the picture is the state: one tile of the env's own rendering per grid cell
+        cells = [
+            i.get_attribute("alt") for i in section.find_elements(By.CSS_SELECTOR, ".picture img")
+        ]
+        grid = records[i]["turns"][k]["observation"].split("\n")
+        assert cells == list("".join(grid)) and len(cells) == 16
     assert not _errors(chrome)
 
 
@@ -371,6 +378,20 @@ def test_trained_model_with_a_rollback(chrome, warm_model, tmp_path):
     i = next(n for n, r in enumerate(records) if r["turns"][0]["thought"])
     chrome.find_element(By.CSS_SELECTOR, f'a.card[data-ep="{i}"]').click()
     _check_trajectory(chrome, records[i])
+    # the run-wide search finds that thought wherever the model wrote it
+    thought = records[i]["turns"][0]["thought"]
+    _open(chrome, index.parent.joinpath("search.html").as_uri() + "#q=" + quote(thought))
+    _wait(chrome, "body[data-done='1']")
+    files = sorted((run / "trajectories").glob("*.jsonl"))
+    files += sorted((run / "superseded").glob("*/trajectories/*.jsonl"))
+    found = sum(
+        thought.lower() in t["thought"].lower()
+        or thought.lower() in " || ".join(t["actions"]).lower()
+        for f in files
+        for r in read_episodes(f)
+        for t in r["turns"]
+    )
+    assert len(chrome.find_elements(By.CSS_SELECTOR, "a.hit-link")) == min(found, 500) > 0
     assert not _errors(chrome)
 
 
