@@ -14,8 +14,8 @@ Runs (a few minutes of CPU in all):
 * the synthetic run of ``ragen.viewer.synthetic`` (40 steps x 64 episodes): thoughts of
   varied words, validation states, a rollback's branch.
 
-Needs Chromium + chromedriver (``apt-get install chromium chromium-driver``) and
-selenium. Pictures are cut to the part each section of the doc shows and reduced to 64
+Needs Chromium + chromedriver (``apt-get install chromium chromium-driver``, or
+``RAGEN_CHROMIUM`` / ``RAGEN_CHROMEDRIVER``) and selenium. Pictures are cut to the part each section of the doc shows and reduced to 64
 colours to keep them small.
 """
 
@@ -90,12 +90,16 @@ def shoot(runs: dict[str, Path], out: Path) -> list[Path]:
     sites = {
         k: build_site(p, p.parent / f"{k}-site", on_skip=print).parent for k, p in runs.items()
     }
+    import os
+    import shutil
+
     options = webdriver.ChromeOptions()
-    options.binary_location = "/usr/bin/chromium"
+    options.binary_location = os.environ.get("RAGEN_CHROMIUM") or shutil.which("chromium")
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
         options.add_argument(flag)
     options.add_argument("--window-size=1280,900")
-    d = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
+    driver = os.environ.get("RAGEN_CHROMEDRIVER") or shutil.which("chromedriver")
+    d = webdriver.Chrome(options=options, service=Service(driver))
     written = []
 
     def grab(name: str, site: str, page: str, css: str = "main", height: int = 900, width=1280):

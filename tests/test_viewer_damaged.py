@@ -125,3 +125,18 @@ def test_damaged_eval_output_and_nothing_readable(tmp_path, capsys):
     index = build_site(ev, tmp_path / "site", on_skip=lambda line: None)
     assert (index.parent / "eval.html").exists()
     assert "metrics.json: skipped (not a JSON object)" in index.read_text()
+
+
+def test_a_damaged_run_in_a_folder_of_runs(tmp_path, capsys):
+    synthesize(tmp_path / "demo" / "sokoban" / "rl", steps=2, episodes=16)
+    bad = tmp_path / "demo" / "sokoban" / "rl" / "trajectories" / "step_000001.jsonl"
+    bad.write_bytes(b"\x00\xff" * 50)
+    status, skipped, site = _view(tmp_path / "demo", capsys)
+    assert status == 0
+    assert skipped == [
+        "ragen view: skipped sokoban/rl/trajectories/step_000001.jsonl: line 1 skipped "
+        "(not UTF-8 text)",
+        "ragen view: skipped sokoban/rl/trajectories/step_000001.jsonl: nothing readable "
+        "left; no page written",
+    ]
+    assert (site / "sokoban" / "rl" / "step_000002.html").exists()

@@ -425,22 +425,21 @@ def _read_reply(
     budget = min(config.max_actions_per_turn, _actions_left(ep, config))
     executed = parsed.actions[:budget] if parsed.format_ok else []
     # scored against the state the reply answered, before any action runs
-    scores = _score_reasoning(env, parsed, config.reasoning, executed)
+    truth = _facts_before(env, config.reasoning, executed)
+    scores = _score_reasoning(env, parsed, config.reasoning, executed, truth)
     potential = env.progress_potential() if config.progress_reward > 0 else 0.0
-    facts = _facts_before(env, config.reasoning, executed)
+    facts = {k: format_facts(v) for k, v in zip(("state", "intended"), truth)} if truth else None
     return _Reply(text, parsed, executed, scores, potential, observation, n_tokens, facts)
 
 
-def _facts_before(env: Any, reasoning: str, actions: list[str]) -> dict[str, str] | None:
-    """What the turn record keeps of the truth a structured thought is checked against
-    (``ragen view`` sets it beside the stated facts): the state's facts and the intended
-    outcome of ``actions``; None when the format states no facts."""
+def _facts_before(env: Any, reasoning: str, actions: list[str]) -> tuple[list, list] | None:
+    """The truth a structured thought is checked against, taken before ``actions`` run:
+    the state's facts and the intended outcome of ``actions`` (the reasoning rewards
+    score against them, and the turn record keeps them for ``ragen view``); None when
+    the format states no facts."""
     if not (needs_facts(reasoning) and env.fact_kinds):
         return None
-    return {
-        "state": format_facts(env.state_facts()),
-        "intended": format_facts(env.predict_facts(list(actions))),
-    }
+    return env.state_facts(), env.predict_facts(list(actions))
 
 
 def _facts_after(env: Any, before: dict[str, str]) -> dict[str, str]:
@@ -546,7 +545,9 @@ def _record_turn(
     )
 
 
-def _score_reasoning(env: Any, parsed: Any, reasoning: str, actions: list[str]) -> ReasoningScores:
+def _score_reasoning(
+    env: Any, parsed: Any, reasoning: str, actions: list[str], truth: tuple | None = None
+) -> ReasoningScores:
     """The reply's reasoning scores (ragen.agent.reasoning_rewards), computed for every
     turn that can earn them, rewarded or not, so that their decay is visible in the logs.
 
@@ -557,8 +558,11 @@ def _score_reasoning(env: Any, parsed: Any, reasoning: str, actions: list[str]) 
     wanted = applicable_rewards(reasoning, fact_kinds, env.action_names)
     if not wanted:
         return ReasoningScores()
-    true_facts = env.state_facts() if "grounding" in wanted else None
-    predicted = env.predict_facts(list(actions)) if "world_model" in wanted else None
+    true_facts, predicted = truth or (None, None)  # (_facts_before's, when taken)
+    if true_facts is None and "grounding" in wanted:
+        true_facts = env.state_facts()
+    if predicted is None and "world_model" in wanted:
+        predicted = env.predict_facts(list(actions))
     return score_turn(
         parsed,
         reasoning,

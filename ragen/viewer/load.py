@@ -98,7 +98,6 @@ class Run:
     config: dict[str, Any] = field(default_factory=dict)
     env_name: str = ""
     env_config: dict[str, Any] = field(default_factory=dict)
-    val_env_config: dict[str, Any] = field(default_factory=dict)
     reasoning: str = ""  # the reply format (rollout.reasoning); "" when not recorded
     separator: str = "||"
     metrics: list[dict[str, Any]] = field(default_factory=list)  # one row per step
@@ -282,7 +281,6 @@ def load_run(path: Path, name: str) -> Run:
         run.env_name = str(settings.get("env", ""))
         env_config = settings.get("env_config")
         run.env_config = dict(env_config) if isinstance(env_config, dict) else {}
-        run.val_env_config = run.env_config
         _read_rollout(run, settings.get("rollout"))
     run.files.append(StepFile("eval", 0, path / "trajectories.jsonl"))
     return run
@@ -312,8 +310,6 @@ def _read_config(run: Run, cfg: Path) -> None:
     run.env_name = str(env.get("name", "") or "")
     env_config = env.get("config")
     run.env_config = dict(env_config) if isinstance(env_config, dict) else {}
-    val_config = env.get("val_config")
-    run.val_env_config = {**run.env_config, **(val_config if isinstance(val_config, dict) else {})}
     _read_rollout(run, config.get("rollout"))
 
 

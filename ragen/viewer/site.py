@@ -236,7 +236,7 @@ def _map(fn: Callable, jobs: list) -> list:
 
 
 # -------------------------------------------------------------------------- run pages
-def build_run(run: Run, out: Path, root: str, top: str = "", display: str = "") -> dict[str, Any]:
+def build_run(run: Run, out: Path, root: str, top: str = "") -> dict[str, Any]:
     """Write one run's pages into ``out`` (``root``: relative path to the site root).
     Returns a summary for the collection index; what was skipped is on ``run.skipped``."""
     from .pictures import tile_palette
@@ -260,7 +260,6 @@ def build_run(run: Run, out: Path, root: str, top: str = "", display: str = "") 
         sample = read_episodes(sf.path)[:50]
     names = action_names(run, sample)
     reading = Reading(run.reasoning, run.separator)
-    prefix = f"{display}/" if display else ""
     jobs = [
         StepJob(
             sf,
@@ -272,7 +271,7 @@ def build_run(run: Run, out: Path, root: str, top: str = "", display: str = "") 
             reading,
             tiles,
             _step_picker(run, sf),
-            prefix + _rel(sf.path, run.path),
+            _rel(sf.path, run.path),
         )
         for sf in run.files
     ]
@@ -487,9 +486,9 @@ def build_site(
     for run in collection.runs:
         depth = len(Path(run.name).parts)
         root = "../" * depth
-        s = build_run(run, out / run.name, root, top=root, display=run.name)
+        s = build_run(run, out / run.name, root, top=root)
         for line in run.skipped:
-            report(line)
+            report(f"{run.name}/{line}")
         s["href"] = f"{run.name}/index.html"
         summaries.append(s)
     rows = "".join(
