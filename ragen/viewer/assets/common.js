@@ -32,11 +32,14 @@
         var s = document.createElement("script");
         s.src = "data/" + name + ".js";
         s.onerror = function () { reject(new Error("could not load data/" + name + ".js")); };
+        s.onload = function () { s.remove(); };  // its payload lives on in the cache only
         document.head.appendChild(s);
       });
     }
     return cache[name];
   };
+  // drop a loaded payload (a search walks every file of a run: keep memory flat)
+  R.forget = function (name) { delete cache[name]; };
   R.tiles = function () {
     return document.body.getAttribute("data-tiles") === "1" ? R.load("tiles").catch(function () { return null; }) : Promise.resolve(null);
   };

@@ -81,6 +81,8 @@
             });
           });
         });
+        R.forget(f.stem);
+        for (var c = 0; c < f.chunks; c++) R.forget(f.stem + ".c" + c);
         done++;
         status.textContent = "searching… " + done + " of " + todo.length + " files, " + n + " hits";
         next(k + 1);
