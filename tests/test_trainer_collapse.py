@@ -125,6 +125,28 @@ def test_rollback_restores_checkpoint_and_applies_change(tiny_model_dir, tmp_pat
     assert sum(e["action"] == "rollback" for e in col) >= 1
 
 
+def test_two_rollbacks_to_the_same_checkpoint_apply_the_change_each_time(tiny_model_dir, tmp_path):
+    # only the step-0 checkpoint exists before the warnings: both rollbacks load it, and
+    # it holds the starting rate 1e-3; the second must still end at 1e-3 * 0.5 * 0.5
+    run = tmp_path / "run"
+    extra = [*FORCE, "trainer.on_collapse=rollback", "trainer.max_rollbacks=2"]
+    cfg = _cfg(tiny_model_dir, run, 5, [*extra, "trainer.save_every=100"])
+    trainer = StarPOTrainer(cfg)
+    trainer.train()
+    rb = read_events(run, "rollback")
+    assert [e["step"] for e in rb] == [0, 0]  # both restored step 0
+    assert [e["change"]["model.actor_lr"] for e in rb] == [[1e-3, 5e-4], [5e-4, 2.5e-4]]
+    # the optimizer holds what each event announced, read back right after the change
+    assert [e["lr"]["actor"] for e in rb] == pytest.approx([5e-4, 2.5e-4])
+    assert trainer.actor_opt.param_groups[0]["lr"] == pytest.approx(2.5e-4)
+    assert trainer.actor_sched.base_lrs == pytest.approx([2.5e-4])
+    assert "actor_lr: 0.00025" in (run / "config.yaml").read_text()
+    after = [r["actor/lr"] for r in read_metrics(run) if r["step"] > rb[1]["from_step"] - 1]
+    assert after and all(lr == pytest.approx(2.5e-4) for lr in after)
+    # each abandoned branch is kept for reading
+    assert len(list((run / "superseded").iterdir())) == 2
+
+
 def test_rollback_to_onset_goes_back_before_the_decline(tiny_model_dir, tmp_path):
     run = tmp_path / "run"
     extra = [*FORCE, "trainer.on_collapse=rollback", "trainer.max_rollbacks=1"]

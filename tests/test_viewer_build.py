@@ -9,16 +9,18 @@ import pytest
 from ragen.agent.trajectory import Trajectory, TurnRecord
 from ragen.cli import main
 from ragen.trainer.config import load_config
+from ragen.trainer.metrics_logger import read_metrics
 from ragen.trainer.trajectory_log import episode_records, should_log, turn_advantages
 from ragen.viewer import build_site
+from ragen.viewer.charts import tick_label, ticks
+from ragen.viewer.data import check_facts, read_data_file
 from ragen.viewer.load import load, read_episodes
 from ragen.viewer.pictures import grid_lines, tile_palette
 from ragen.viewer.synthetic import synthesize
 
 
-def _step_data(path):
-    text = path.read_text()
-    return json.loads(text[text.index("=") + 1 : text.rstrip().rindex(";")])
+def _data(path):
+    return read_data_file(path)[1]
 
 
 def test_training_run_site(tmp_path):
@@ -27,23 +29,62 @@ def test_training_run_site(tmp_path):
     index = build_site(run, tmp_path / "site")
     site = index.parent
     html = index.read_text()
-    # curves with the two collapse events marked, the event list, validation, steps
-    assert html.count('class="event-marker"') >= 2 * 6
+    # every chart marks the warnings (by signal and action) and the rollback (an arrow)
+    assert html.count('data-signals="entropy" data-action="rollback"') >= 6
+    assert html.count('class="event-marker rollback-marker"') >= 6
     assert "id=events" in html and "group_reward_std" in html
-    assert "reasoning/mutual_info" in html
+    # the rollback's row: where from and to, the change and the rate read back, the branch
+    assert "model.actor_lr 0.001 -&gt; 0.0005" in html and "actor lr now 0.0005" in html
+    assert 'href="branch-rollback1_step10-step_000010.html"' in html
+    assert (site / "branch-rollback1_step10-step_000010.html").exists()
+    assert "reasoning/mutual_info" in html and 'id="lr"' in html
     assert "id=validation" in html and 'href="val_step_000010.html"' in html
     assert 'href="step_000001.html"' in html and "Reasoning over training" in html
     assert not re.search(r"(src|href)=\"(https?:)?//", html)  # nothing from the network
-    data = _step_data(site / "data" / "step_000003.js")
+    data = _data(site / "data" / "step_000003.js")
     records = read_episodes(run / "trajectories" / "step_000003.jsonl")
-    assert len(data["episodes"]) == len(records) == 32
+    assert len(data["episodes"]) == len(records) == 32 and data["chunks"] == 1
     ep, rec = data["episodes"][5], records[5]
-    assert ep["t"][0]["th"] == rec["turns"][0]["thought"]
-    assert ep["t"][0]["a"] == rec["turns"][0]["actions"]
     assert ep["r"] == pytest.approx(rec["episode_reward"]) and ep["k"] == rec["kept"]
-    assert [t["adv"] for t in ep["t"]] == rec["advantages"]
+    assert ep["sn"] == rec["turns"][0]["thought"][:120] and ep["n"] == len(rec["turns"])
+    assert _data(site / "data" / "step_000003.c0.js") == records  # the records, as written
     assert (site / "data" / "tiles.js").exists()  # sokoban: pictures from its rgb tiles
     assert max(f.stat().st_size for f in site.rglob("*") if f.is_file()) < 3e6
+    # the validation states: the same 32 seeds at steps 10 and 20
+    states = _data(site / "data" / "states.js")
+    assert states["steps"] == [10, 20] and len(states["states"]) == 32
+    assert all(set(s["cells"]) == {"10", "20"} for s in states["states"])
+    thoughts = _data(site / "data" / "thoughts.js")["steps"]
+    assert [s["step"] for s in thoughts] == list(range(1, 21))
+    first = thoughts[0]["samples"][0]
+    episode = read_episodes(run / "trajectories" / "step_000001.jsonl")[first[1]]
+    assert first[0] in [t["thought"] for t in episode["turns"]]
+
+
+def test_charts_draw_values_thresholds_and_branches(tmp_path):
+    run = tmp_path / "run"
+    synthesize(run, steps=16, episodes=16)
+    html = build_site(run, tmp_path / "site").read_text()
+    svg = html[html.index('id="collapse-entropy"') :]
+    svg = svg[: svg.index("</svg>")]
+    # the threshold is the run's config (entropy_ratio 0.4), the neutral level 1
+    assert 'class="ref ref-threshold" data-y="0.4"' in svg and "fires below 0.4" in svg
+    assert 'class="ref ref-chance" data-y="1.0"' in svg
+    # the line is drawn where the values are: map its pixels back through the axes
+    box = {
+        k: float(v) for k, v in re.findall(r'data-(x0|x1|y0|y1|left|top|pw|ph)="([-\d.e]+)"', svg)
+    }
+    points = re.search(r'data-key="collapse/entropy" data-branch="" [^>]*points="([^"]+)"', svg)
+    rows = [r for r in read_metrics(run) if "collapse/entropy" in r]
+    for (px, py), row in zip((p.split(",") for p in points.group(1).split()), rows):
+        step = box["x0"] + (float(px) - box["left"]) / box["pw"] * (box["x1"] - box["x0"])
+        value = box["y1"] - (float(py) - box["top"]) / box["ph"] * (box["y1"] - box["y0"])
+        assert step == pytest.approx(row["step"], abs=0.1)
+        assert value == pytest.approx(row["collapse/entropy"], abs=0.01 * (box["y1"] - box["y0"]))
+    # the abandoned branch, faded, starts where it left the run's line
+    assert 'data-key="collapse/entropy" data-branch="rollback1_step8"' in svg
+    assert ticks(0, 1)[0] == [0, 0.25, 0.5, 0.75, 1.0]
+    assert [tick_label(v, 0.0002, 0.001) for v in (0.0004, 0.001)] == ["4e-4", "1e-3"]
 
 
 def test_eval_and_demo_folders(tmp_path):
@@ -52,8 +93,8 @@ def test_eval_and_demo_folders(tmp_path):
     assert main(args) == 0
     index = build_site(ev, tmp_path / "eval_site")
     assert "eval.html" in index.read_text()
-    data = _step_data(index.parent / "data" / "eval.js")
-    assert len(data["episodes"]) == 4 and data["episodes"][0]["t"][0]["a"]
+    data = _data(index.parent / "data" / "eval.js")
+    assert len(data["episodes"]) == 4 and data["episodes"][0]["n"] >= 1
     # a demo-like folder: runs found below it, results.json shown
     synthesize(tmp_path / "demo" / "sokoban" / "rl", steps=2, episodes=16)
     (tmp_path / "demo" / "results.json").write_text(
@@ -69,6 +110,36 @@ def test_eval_and_demo_folders(tmp_path):
         'href="../../assets/viewer.css"' in rl
         and (site / "sokoban" / "rl" / "step_000002.html").exists()
     )
+
+
+def test_structured_thoughts_are_checked_against_the_recorded_truth(tmp_path):
+    out = tmp_path / "eval"
+    args = ["eval", "--model", "oracle", "--env", "frozen_lake", "--n", "8", "--out", str(out)]
+    args += ["--reasoning", "grounding_world_modeling", "--epsilon", "0.2"]
+    assert main(args) == 0
+    records = read_episodes(out / "trajectories.jsonl")
+    site = build_site(out, tmp_path / "site").parent
+    entries = _data(site / "data" / "eval.js")["episodes"]
+    slipped = 0
+    for rec, entry in zip(records, entries):
+        for turn, extra in zip(rec["turns"], entry["rx"]):
+            facts = turn["info"]["facts"]  # what the rollout recorded
+            assert extra["sec"]["prediction"] == facts["intended"]  # the oracle's prediction
+            assert extra["gf"] == {
+                "stated": [[f, True] for f in facts["state"].split("; ")],
+                "missed": [],
+                "truth": facts["state"],
+            }
+            right = facts["next"] == facts["intended"]
+            assert extra["pf"]["stated"] == [[facts["intended"], right]]
+            assert extra["pf"]["missed"] == ([] if right else [facts["next"]])
+            slipped += not right
+    assert slipped, "epsilon and the slippery lake should make a prediction miss"
+    assert check_facts("player (1,2); box (9,9); junk", "player (1,2); box (3,3)") == {
+        "stated": [["player (1,2)", True], ["box (9,9)", False], ["junk", None]],
+        "missed": ["box (3,3)"],
+        "truth": "player (1,2); box (3,3)",
+    }
 
 
 def test_bad_input_is_one_clear_line(tmp_path, capsys):

@@ -30,6 +30,8 @@ from typing import Any
 
 from ragen.engines.base import SamplingParams
 from ragen.envs.base import StepResultError, check_step_result, derive_seed
+from ragen.envs.facts import format_facts
+from ragen.envs.rgb import png_data_uri
 from ragen.envs.visual import has_image_observations
 
 from . import prompts
@@ -37,7 +39,7 @@ from .context import ChatFormat, ContextManager, SampleIds
 from .env_manager import EnvStateManager
 from .parsing import ANSWER_CLOSE, clean_text
 from .policies import Policy, PolicyOutput, TurnRequest
-from .reasoning import REASONING_FORMATS, check_env_supports, parse_reply
+from .reasoning import REASONING_FORMATS, check_env_supports, needs_facts, parse_reply
 from .reasoning_rewards import REASONING_REWARDS, ReasoningScores, applicable_rewards, score_turn
 from .trajectory import Trajectory, TurnRecord
 from .visual_context import chat_format_for
@@ -217,6 +219,9 @@ class _Episode:
     num_valid: int = 0
     num_effective: int = 0
     num_format_errors: int = 0
+    # the pictures the policy was shown this turn (a visual env, a policy with a
+    # tokenizer); the turn record keeps them as PNG so the viewer shows what it saw
+    pictures: list | None = None
 
     @property
     def done(self) -> bool:
@@ -365,6 +370,7 @@ def _open_turn(
         # a visual env's pictures of this observation (ragen.envs.visual); a text policy
         # without a tokenizer reads the text only
         pictures = env.observation_images() if has_image_observations(env) else None
+        ep.pictures = pictures
         prompt_ids = ep.ctx.next_prompt(user, pictures)
         images = ep.ctx.prompt_images or None
         if len(prompt_ids) + config.max_new_tokens > max_model_len:
@@ -403,6 +409,9 @@ class _Reply:
     potential: float  # Phi(s) before the actions (0 when progress shaping is off)
     observation: str  # the state the reply answered
     n_tokens: int
+    # the env's facts of that state and the intended outcome of the actions, as text,
+    # when the format states facts (None otherwise): recorded for the viewer
+    facts: dict[str, str] | None = None
 
 
 def _read_reply(
@@ -426,9 +435,29 @@ def _read_reply(
     if "execute" in out.info:  # a relabeling policy (SFT data): the reply is the label of
         executed = [str(a) for a in out.info["execute"]][:budget]  # the state; these run
     # scored against the state the reply answered, before any action runs
-    scores = _score_reasoning(env, parsed, config.reasoning, executed)
+    truth = _facts_before(env, config.reasoning, executed)
+    scores = _score_reasoning(env, parsed, config.reasoning, executed, truth)
     potential = env.progress_potential() if config.progress_reward > 0 else 0.0
-    return _Reply(text, parsed, executed, scores, potential, observation, n_tokens)
+    facts = {k: format_facts(v) for k, v in zip(("state", "intended"), truth)} if truth else None
+    return _Reply(text, parsed, executed, scores, potential, observation, n_tokens, facts)
+
+
+def _facts_before(env: Any, reasoning: str, actions: list[str]) -> tuple[list, list] | None:
+    """The truth a structured thought is checked against, taken before ``actions`` run:
+    the state's facts and the intended outcome of ``actions`` (the reasoning rewards
+    score against them, and the turn record keeps them for ``ragen view``); None when
+    the format states no facts."""
+    if not (needs_facts(reasoning) and env.fact_kinds):
+        return None
+    return env.state_facts(), env.predict_facts(list(actions))
+
+
+def _facts_after(env: Any, before: dict[str, str]) -> dict[str, str]:
+    """``before`` plus ``next``: the facts of the prediction's kinds after the actions ran
+    (what happened, which a slippery env makes differ from ``intended``)."""
+    kinds = set(env.prediction_kinds)
+    after = [f for f in env.state_facts() if f.kind in kinds]
+    return {**before, "next": format_facts(after)}
 
 
 def _play(env: Any, actions: list[str]) -> list[tuple[str, float, bool, bool, dict[str, Any]]]:
@@ -523,12 +552,16 @@ def _record_turn(
                 **(
                     {"expert_label": out.info["expert_label"]} if "expert_label" in out.info else {}
                 ),
+                **({"facts": _facts_after(env, reply.facts)} if reply.facts else {}),
+                **({"images": [png_data_uri(p) for p in ep.pictures]} if ep.pictures else {}),
             },
         )
     )
 
 
-def _score_reasoning(env: Any, parsed: Any, reasoning: str, actions: list[str]) -> ReasoningScores:
+def _score_reasoning(
+    env: Any, parsed: Any, reasoning: str, actions: list[str], truth: tuple | None = None
+) -> ReasoningScores:
     """The reply's reasoning scores (ragen.agent.reasoning_rewards), computed for every
     turn that can earn them, rewarded or not, so that their decay is visible in the logs.
 
@@ -541,9 +574,12 @@ def _score_reasoning(env: Any, parsed: Any, reasoning: str, actions: list[str]) 
     wanted = applicable_rewards(reasoning, fact_kinds, env.action_names, states_facts)
     if not wanted:
         return ReasoningScores()
-    true_facts = env.state_facts() if "grounding" in wanted else None
+    true_facts, predicted = truth or (None, None)  # (_facts_before's, when taken)
+    if true_facts is None and "grounding" in wanted:
+        true_facts = env.state_facts()
     # what the answer would change: a turn that changes nothing earns no reasoning credit
-    predicted = env.predict_facts(list(actions)) if fact_kinds else None
+    if predicted is None and fact_kinds:
+        predicted = env.predict_facts(list(actions))
     before = env.predict_facts([]) if fact_kinds else None
     return score_turn(
         parsed,

@@ -82,3 +82,43 @@ def compose(codes: Sequence[int], cols: int, tiles: np.ndarray) -> np.ndarray:
     t = tiles.shape[1]
     grid = tiles[idx].reshape(rows, cols, t, t, 3)  # (rows, cols, T, T, 3)
     return np.ascontiguousarray(grid.transpose(0, 2, 1, 3, 4).reshape(rows * t, cols * t, 3))
+
+
+def png_bytes(rgb: np.ndarray) -> bytes:
+    """PNG encoding of an HxWx3 uint8 array (Pillow when installed, else plain zlib);
+    lossless, so the picture decodes to the same pixels."""
+    rgb = np.ascontiguousarray(rgb, dtype=np.uint8)
+    try:
+        import io
+
+        from PIL import Image
+
+        buf = io.BytesIO()
+        Image.fromarray(rgb, "RGB").save(buf, format="PNG")
+        return buf.getvalue()
+    except ImportError:
+        pass
+    import struct
+    import zlib
+
+    h, w, _ = rgb.shape
+    raw = b"".join(b"\x00" + rgb[y].tobytes() for y in range(h))
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    header = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(raw))
+        + chunk(b"IEND", b"")
+    )
+
+
+def png_data_uri(rgb: np.ndarray) -> str:
+    """``data:image/png;base64,...`` of an HxWx3 uint8 array (what a page can show)."""
+    import base64
+
+    return "data:image/png;base64," + base64.b64encode(png_bytes(rgb)).decode("ascii")

@@ -145,6 +145,8 @@ class CollapseGuard:
             checkpoint=str(path),
             change=changed,
             signals=[w.signal for w in warnings],
+            # the rates the optimizers hold now: what the change did, read back
+            lr={name: opt.param_groups[0]["lr"] for name, opt in tr._optimizers().items()},
         )
         tr._saved_step = restored
         tr._trained_since_save = False
@@ -168,12 +170,18 @@ class CollapseGuard:
             sched = tr._schedulers().get(opt_name)
             if opt is None:
                 continue
-            factor = new / old
-            for group in opt.param_groups:
-                group["lr"] *= factor
+            # Scale from the base rate the optimizer holds now, not from ``old``: the
+            # checkpoint just loaded restored the rate it was saved with, which is not
+            # the config's after an earlier rollback to the same checkpoint (a second
+            # rollback to step 0 would otherwise give 1e-3 * 0.5, not 5e-4 * 0.5).
+            bases = list(getattr(sched, "base_lrs", None) or [])
+            for i, group in enumerate(opt.param_groups):
+                base = bases[i] if i < len(bases) else group.get("initial_lr", group["lr"])
+                factor = new / base if base else 1.0
+                group["lr"] *= factor  # keeps the scheduler's multiplier (warm-up)
                 if "initial_lr" in group:
-                    group["initial_lr"] *= factor
+                    group["initial_lr"] = new
             if sched is not None and hasattr(sched, "base_lrs"):
-                sched.base_lrs = [b * factor for b in sched.base_lrs]
+                sched.base_lrs = [new for _ in sched.base_lrs]
         tr.cfg = new_cfg
         tr.rollout_cfg = new_cfg.rollout

@@ -31,14 +31,23 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import sys
     import time
 
     from .site import build_site
 
+    skipped: list[str] = []
+
+    def skip(line: str) -> None:
+        skipped.append(line)
+        print(f"ragen view: skipped {line}", file=sys.stderr)
+
     tic = time.perf_counter()
-    index = build_site(args.run_dir, args.out)
+    index = build_site(args.run_dir, args.out, on_skip=skip)
+    note = f"; skipped {len(skipped)} damaged part(s), listed above" if skipped else ""
     print(
-        f"wrote {index} in {time.perf_counter() - tic:.1f}s (open it in a browser: file://{index.resolve()})"
+        f"wrote {index} in {time.perf_counter() - tic:.1f}s{note} (open it in a browser: "
+        f"file://{index.resolve()})"
     )
     if args.serve is not None:
         serve(index.parent, args.serve)

@@ -12,45 +12,15 @@ palette, and the pages show the text only.
 
 from __future__ import annotations
 
-import base64
-import io
 import random
-import struct
-import zlib
 from typing import Any
 
 import numpy as np
 
+from ragen.envs.rgb import png_bytes
+from ragen.envs.rgb import png_data_uri as data_uri
 
-def png_bytes(rgb: np.ndarray) -> bytes:
-    """PNG encoding of an HxWx3 uint8 array (Pillow when installed, else plain zlib)."""
-    rgb = np.ascontiguousarray(rgb, dtype=np.uint8)
-    try:
-        from PIL import Image
-
-        buf = io.BytesIO()
-        Image.fromarray(rgb, "RGB").save(buf, format="PNG")
-        return buf.getvalue()
-    except ImportError:
-        pass
-    h, w, _ = rgb.shape
-    raw = b"".join(b"\x00" + rgb[y].tobytes() for y in range(h))
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        body = kind + data
-        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
-
-    header = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(raw))
-        + chunk(b"IEND", b"")
-    )
-
-
-def data_uri(rgb: np.ndarray) -> str:
-    return "data:image/png;base64," + base64.b64encode(png_bytes(rgb)).decode("ascii")
+__all__ = ["png_bytes", "data_uri", "grid_lines", "tile_palette"]
 
 
 def grid_lines(text: str) -> list[str] | None:

@@ -64,9 +64,10 @@ def distinct_n(thoughts: Iterable[str], n: int = 2) -> float:
     total = 0
     for t in thoughts:
         words = _WORD.findall(t.lower())
-        grams = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
-        total += len(grams)
-        seen.update(grams)
+        if len(words) < n:
+            continue
+        total += len(words) - n + 1
+        seen.update(zip(*(words[i:] for i in range(n))))  # the n-grams, without slicing each
     return len(seen) / total if total else 0.0
 
 

@@ -1,49 +1,74 @@
-"""Write the static site: an overview page per run and one page per trajectories file.
+"""Write the static site: an overview page per run, a page per trajectories file, a
+search page and a page of the validation states across training.
 
 Layout of ``OUT`` (a single run; a folder of runs gets ``OUT/index.html`` listing them
 and one such tree per run under ``OUT/<run name>/``)::
 
-    index.html                 overview: config, curves, collapse events, validation
-                               table, steps, reasoning over training
-    step_000012.html           step browser; #ep=N shows episode N turn by turn
-    val_step_000010.html, eval.html
-    data/step_000012.js        that page's episodes (window.RAGEN_STEP)
-    data/tiles.js              the env's picture tiles (window.RAGEN_TILES), if any
-    assets/viewer.css, viewer.js   (once, at OUT)
+    index.html                  overview: events, curves, collapse signals, validation,
+                                reasoning over training, links to every trajectories page
+    step_000012.html            step browser; #ep=N shows episode N turn by turn, and the
+                                filters and search live in the URL (#q=box&outcome=failure)
+    val_step_000010.html, eval.html, branch-<name>-step_000004.html (abandoned branch)
+    search.html                 text search over every trajectories file
+    states.html                 each validation state across the validation steps
+    data/step_000012.js         that page's episode index; data/step_000012.c0.js ... its
+                                episodes' turns, CHUNK episodes a file, loaded on demand
+    data/files.js, thoughts.js, states.js, tiles.js
+    assets/viewer.css, *.js     (once, at OUT)
 
-Everything is plain files: the site opens from ``file://`` with no network. A page's
-data is a ``<script src>`` (Chromium forbids ``fetch()`` of local files); no file holds
-more than one step.
+Everything is plain files: the site opens from ``file://`` with no network. The data
+files are compressed (:mod:`ragen.viewer.data`); no file holds more than one step.
 """
 
 from __future__ import annotations
 
 import html
-import json
 import os
 import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import charts
-from .load import Collection, Run, StepFile, finite, load, read_episodes
-from .reasoning_stats import mismatches, sample_thoughts, step_stats
+from . import overview
+from .data import CHUNK, Reading, episode_entry, text_of, write_data, write_lines
+from .load import Collection, Run, StepFile, finite, load, read_episode_lines, read_episodes
+from .overview import fmt
+from .reasoning_stats import mismatches, step_stats
 
 ASSETS = Path(__file__).resolve().parent / "assets"
+SCRIPTS = ("common.js", "step.js", "search.js", "states.js", "overview.js")
 _FALLBACK_ACTIONS = ["up", "down", "left", "right"]
+#: what a record with a field of the wrong type raises while it is read
+_DAMAGE = (TypeError, ValueError, AttributeError, KeyError)
+#: distinct thoughts kept per step for "thoughts over training"
+THOUGHT_SAMPLES = 24
 
 
 def esc(x: Any) -> str:
     return html.escape(str(x), quote=True)
 
 
-def page(title: str, root: str, body: str, nav: str = "", scripts: tuple[str, ...] = ()) -> str:
+def page(
+    title: str,
+    root: str,
+    body: str,
+    nav: str = "",
+    scripts: tuple[str, ...] = (),
+    kind: str = "",
+    stem: str = "",
+    tiles: bool = False,
+) -> str:
+    """One HTML page; ``kind`` and ``stem`` tell its script what to show, ``tiles``
+    that the run has picture tiles (``data/tiles.js``)."""
     tags = "".join(f'<script src="{esc(s)}"></script>' for s in scripts)
     return (
         "<!doctype html>\n<html lang=en><head><meta charset=utf-8>"
         f"<title>{esc(title)}</title>"
         '<meta name=viewport content="width=device-width, initial-scale=1">'
-        f'<link rel=stylesheet href="{root}assets/viewer.css"></head>\n<body>'
+        f'<link rel=stylesheet href="{root}assets/viewer.css"></head>\n'
+        f'<body data-page="{esc(kind)}" data-stem="{esc(stem)}" data-tiles="{int(tiles)}">'
         f"<header><span class=title>ragen view</span>{nav}</header>\n<main>{body}</main>{tags}"
         "</body></html>\n"
     )
@@ -59,137 +84,145 @@ def action_names(run: Run, episodes: list[dict]) -> list[str]:
         env.close()
         if names:
             return [str(n) for n in names]
-    except Exception:
+    except Exception:  # an env the viewer cannot build: the actions the episodes name
         pass
-    seen = {a.lower() for ep in episodes[:50] for t in ep.get("turns") or () for a in t["actions"]}
+    seen = {
+        str(a).lower()
+        for ep in episodes[:50]
+        for t in ep.get("turns") or ()
+        for a in (t.get("actions") if isinstance(t.get("actions"), list) else ())
+    }
     return sorted(seen) or _FALLBACK_ACTIONS
 
 
-# -------------------------------------------------------------------------- step data
-def compact(i: int, ep: dict[str, Any], verdicts: list[bool | None]) -> dict[str, Any]:
-    """The fields of one episode record the step page shows, with short keys
-    (``verdicts``: the thought/answer mismatch of each turn, ``reasoning_stats.mismatches``)."""
-    turns = []
-    advantages = ep.get("advantages") or []
-    mismatches = 0
-    for k, t in enumerate(ep.get("turns") or ()):
-        info = t.get("info") or {}
-        obs = str(t.get("observation", ""))
-        prompt = str(t.get("prompt") or "")
-        mm = verdicts[k] if k < len(verdicts) else None
-        mismatches += bool(mm)
-        turns.append(
-            {
-                "o": obs,
-                "p": prompt.replace(obs, "\u0000") if obs and prompt else prompt,
-                "rs": t.get("response", ""),
-                "th": t.get("thought", ""),
-                "a": list(t.get("actions") or []),
-                "x": list(t.get("executed_actions") or []),
-                "v": list(info.get("action_is_valid") or []),
-                "ef": list(info.get("action_is_effective") or []),
-                "er": finite(t.get("env_reward")),
-                "rw": finite(t.get("reward")),
-                "f": bool(t.get("format_ok", True)),
-                "fx": info.get("format_error", ""),
-                "sc": info.get("reasoning_scores") or None,
-                "rr": finite(info.get("reasoning_reward")) or 0.0,
-                "adv": finite(advantages[k]) if k < len(advantages) else None,
-                "d": bool(t.get("done", False)),
-                "mm": mm,
-            }
-        )
-    kept = ep.get("kept")
-    return {
-        "i": i,
-        "g": ep.get("group_id", 0),
-        "e": ep.get("episode_id", i),
-        "s": ep.get("seed", 0),
-        "env": ep.get("env_name", ""),
-        "ok": bool(ep.get("success", False)),
-        "r": finite(ep.get("episode_reward")) or 0.0,
-        "n": len(turns),
-        "end": ep.get("end_reason", ""),
-        "k": None if kept is None else bool(kept),
-        "fe": sum(not t["f"] for t in turns),
-        "mm": mismatches,
-        "src": ep.get("source", ""),
-        "t": turns,
-    }
+# -------------------------------------------------------------------------- step pages
+@dataclass
+class StepJob:
+    sf: StepFile
+    out: Path
+    root: str
+    nav: str
+    title: str
+    names: list[str]
+    reading: Reading
+    tiles: bool
+    picker: str
+    display: str  # the file's path as the skip messages name it
 
 
-def _js(name: str, payload: Any) -> str:
-    return (
-        f"window.{name} = " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")) + ";\n"
-    )
+@dataclass
+class StepResult:
+    sf: StepFile
+    episodes: int
+    stats: dict[str, float]
+    thoughts: list[list[Any]]  # [thought, episode index]
+    states: list[dict[str, Any]]  # validation files: one cell per episode
+    skipped: list[str] = field(default_factory=list)
 
 
-# -------------------------------------------------------------------------- run pages
-def build_run(run: Run, out: Path, root: str, top: str = "") -> dict[str, Any]:
-    """Write one run's pages into ``out`` (``root``: relative path to the site root).
-    Returns a summary for the collection index."""
-    from .pictures import tile_palette
-
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "data").mkdir(exist_ok=True)
-    title = run.name or run.path.name
-    palette = tile_palette(run.env_name, run.env_config)
-    scripts_tiles = ()
-    if palette is not None:
-        (out / "data" / "tiles.js").write_text(_js("RAGEN_TILES", palette), encoding="utf-8")
-        scripts_tiles = ("data/tiles.js",)
-    nav = (
-        f'<a href="{top}index.html">all runs</a>' if top else ""
-    ) + '<a href="index.html">overview</a>'
-    names = action_names(run, read_episodes(run.files[0].path)[:50]) if run.files else []
-    jobs = [
-        (sf, out, root, nav, title, names, scripts_tiles, _step_picker(run, sf)) for sf in run.files
-    ]
-    reasoning: dict[int, dict[str, float]] = {}
-    samples: dict[int, list[str]] = {}
-    file_stats: list[tuple[StepFile, int, dict]] = []
-    for sf, n, stats, thoughts in _map(_build_step, jobs):
-        if sf.kind in ("train", "eval"):
-            reasoning[sf.step] = stats
-            samples[sf.step] = thoughts
-        file_stats.append((sf, n, stats))
-    overview = _overview(run, title, file_stats, reasoning, samples)
-    (out / "index.html").write_text(page(title, root, overview, nav), encoding="utf-8")
-    last = run.metrics[-1] if run.metrics else run.summary
-    return {
-        "name": title,
-        "kind": run.kind,
-        "env": run.env_name,
-        "steps": len(run.metrics),
-        "files": len(run.files),
-        "success": _last(run, "val/success_rate") or finite(last.get("success_rate")),
-        "events": len(run.events),
-    }
-
-
-def _build_step(job) -> tuple[StepFile, int, dict[str, float], list[str]]:
+def _build_step(job: StepJob) -> StepResult:
     """Write one trajectories file's data and page; return its statistics."""
-    sf, out, root, nav, title, names, scripts_tiles, picker = job
-    episodes = read_episodes(sf.path)
-    verdicts = mismatches(episodes, names)
-    stats = step_stats(episodes, names, verdicts)
+    sf = job.sf
+    skipped: list[str] = []
+    pairs = read_episode_lines(sf.path, skipped, job.display)
+    lines, episodes, entries = [], [], []
+    try:
+        verdicts = mismatches([ep for _, ep in pairs], job.names)
+        entries = [
+            episode_entry(i, ep, verdicts[i], job.reading) for i, (_, ep) in enumerate(pairs)
+        ]
+        lines, episodes = [raw for raw, _ in pairs], [ep for _, ep in pairs]
+    except _DAMAGE:  # some record has a field of the wrong type: find it, keep the rest
+        for n, (raw, ep) in enumerate(pairs):
+            try:
+                v = mismatches([ep], job.names)[0]
+                entries.append(episode_entry(len(entries), ep, v, job.reading))
+            except _DAMAGE as err:
+                skipped.append(
+                    f"{job.display}: episode {n + 1} skipped (a field of the wrong type: "
+                    f"{type(err).__name__})"
+                )
+                continue
+            lines.append(raw)
+            episodes.append(ep)
+    if not entries:
+        why = "nothing readable left" if skipped else "no episodes"
+        skipped.append(f"{job.display}: {why}; no page written")
+        return StepResult(sf, 0, {}, [], [], skipped)
+    stats = step_stats(episodes, job.names, [e["mv"] for e in entries])
     data = {
-        "title": f"{title} · {sf.label}",
+        "title": f"{job.title} · {sf.label}",
         "label": sf.label,
         "kind": sf.kind,
         "step": sf.step,
-        "filtered": any(ep.get("kept") is not None for ep in episodes),
-        "episodes": [compact(i, ep, verdicts[i]) for i, ep in enumerate(episodes)],
+        "filtered": any(e["k"] is not None for e in entries),
+        "chunks": (len(entries) + CHUNK - 1) // CHUNK,
+        "chunk": CHUNK,
+        "episodes": entries,
     }
-    stem = sf.page[: -len(".html")]
-    (out / "data" / f"{stem}.js").write_text(_js("RAGEN_STEP", data), encoding="utf-8")
-    body = f"<h1>{esc(title)} · {esc(sf.label)}</h1>{picker}<div id=app></div>"
-    scripts = (*scripts_tiles, f"data/{stem}.js", f"{root}assets/viewer.js")
-    (out / sf.page).write_text(page(data["title"], root, body, nav, scripts), encoding="utf-8")
-    return sf, len(episodes), stats, sample_thoughts(episodes, 6)
+    folder = job.out / "data"
+    write_data(folder, sf.stem, data)
+    for k in range(data["chunks"]):
+        write_lines(folder, f"{sf.stem}.c{k}", lines[k * CHUNK : (k + 1) * CHUNK])
+    body = f"<h1>{esc(job.title)} · {esc(sf.label)}</h1>{job.picker}<div id=app></div>"
+    scripts = (f"{job.root}assets/common.js", f"{job.root}assets/step.js")
+    (job.out / sf.page).write_text(
+        page(data["title"], job.root, body, job.nav, scripts, "step", sf.stem, job.tiles),
+        encoding="utf-8",
+    )
+    states = (
+        [_state_cell(i, ep) for i, ep in enumerate(episodes)]
+        if sf.kind == "val" and not sf.branch
+        else []
+    )
+    return StepResult(sf, len(entries), stats, _thoughts(episodes), states, skipped)
 
 
-def _map(fn, jobs: list) -> list:
+def _turns(ep: dict[str, Any]) -> list[dict[str, Any]]:
+    return ep.get("turns") or []
+
+
+def _thoughts(episodes: list[dict[str, Any]]) -> list[list[Any]]:
+    """Up to THOUGHT_SAMPLES distinct non-empty thoughts, ``[thought, episode index]``,
+    in order of first appearance."""
+    seen: dict[str, int] = {}
+    for i, ep in enumerate(episodes):
+        for t in _turns(ep):
+            thought = t.get("thought")
+            thought = thought.strip() if isinstance(thought, str) else ""
+            if thought and thought not in seen:
+                seen[thought] = i
+                if len(seen) == THOUGHT_SAMPLES:
+                    return [[k, v] for k, v in seen.items()]
+    return [[k, v] for k, v in seen.items()]
+
+
+def _state_cell(i: int, ep: dict[str, Any]) -> dict[str, Any]:
+    """One validation episode as the states page shows it."""
+    return {
+        "seed": text_of(ep.get("seed")) or "0",
+        "i": i,
+        "ok": bool(ep.get("success", False)),
+        "r": finite(ep.get("episode_reward")) or 0.0,
+        "n": len(_turns(ep)),
+        "t": [
+            {
+                "o": text_of(t.get("observation")),
+                "th": text_of(t.get("thought")),
+                "a": [text_of(a) for a in t.get("actions") or []]
+                if isinstance(t.get("actions"), list)
+                else [],
+                "f": bool(t.get("format_ok", True)),
+                "im": (t.get("info") or {}).get("images", [])[:1]
+                if isinstance(t.get("info"), dict)
+                else [],
+            }
+            for t in _turns(ep)
+        ],
+    }
+
+
+def _map(fn: Callable, jobs: list) -> list:
     """``[fn(j) for j in jobs]``, on up to 4 worker processes when there are many."""
     workers = min(4, os.cpu_count() or 1, len(jobs) // 8)
     if workers < 2:
@@ -199,7 +232,163 @@ def _map(fn, jobs: list) -> list:
 
     ctx = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
     with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-        return list(pool.map(fn, jobs, chunksize=4))
+        return list(pool.map(fn, jobs, chunksize=2))
+
+
+# -------------------------------------------------------------------------- run pages
+def build_run(run: Run, out: Path, root: str, top: str = "") -> dict[str, Any]:
+    """Write one run's pages into ``out`` (``root``: relative path to the site root).
+    Returns a summary for the collection index; what was skipped is on ``run.skipped``."""
+    from .pictures import tile_palette
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "data").mkdir(exist_ok=True)
+    title = run.name or run.path.name
+    palette = tile_palette(run.env_name, run.env_config)
+    if palette is not None:
+        write_data(out / "data", "tiles", palette, compress=False)
+    tiles = palette is not None
+    has_val = any(sf.kind == "val" and not sf.branch for sf in run.files)
+    nav = (
+        (f'<a href="{top}index.html">all runs</a>' if top else "")
+        + '<a href="index.html">overview</a>'
+        + ('<a href="search.html">search</a>' if run.files else "")
+        + ('<a href="states.html">validation states</a>' if has_val else "")
+    )
+    sample: list[dict] = []
+    for sf in run.files[:1]:
+        sample = read_episodes(sf.path)[:50]
+    names = action_names(run, sample)
+    reading = Reading(run.reasoning, run.separator)
+    jobs = [
+        StepJob(
+            sf,
+            out,
+            root,
+            nav,
+            title,
+            names,
+            reading,
+            tiles,
+            _step_picker(run, sf),
+            _rel(sf.path, run.path),
+        )
+        for sf in run.files
+    ]
+    results: list[StepResult] = _map(_build_step, jobs)
+    for r in results:
+        run.skipped += r.skipped
+    built = [r for r in results if r.episodes]
+    file_stats = [(r.sf, r.episodes, r.stats) for r in built]
+    reasoning = {
+        r.sf.step: r.stats for r in built if r.sf.kind in ("train", "eval") and not r.sf.branch
+    }
+    _write_site_data(out, built)
+    branch_pages: dict[str, str] = {}
+    for r in built:
+        if r.sf.branch:
+            branch_pages.setdefault(r.sf.branch, r.sf.page)
+    states = any(r.states for r in built)
+    common = f"{root}assets/common.js"
+    body = _overview(run, title, file_stats, reasoning, states, branch_pages)
+    (out / "index.html").write_text(
+        page(title, root, body, nav, (common, f"{root}assets/overview.js"), "overview"),
+        encoding="utf-8",
+    )
+    if built:
+        search = (
+            f"<h1>{esc(title)} · search</h1><p class=small>Finds a text in the thoughts, "
+            "answers and observations of every trajectories file of the run (not case "
+            "sensitive); each hit links to its turn.</p><div id=app></div>"
+        )
+        (out / "search.html").write_text(
+            page(
+                f"{title} · search",
+                root,
+                search,
+                nav,
+                (common, f"{root}assets/search.js"),
+                "search",
+                tiles=tiles,
+            ),
+            encoding="utf-8",
+        )
+    if states:
+        body = (
+            f"<h1>{esc(title)} · validation states across training</h1><p class=small>Every "
+            "validation state (initial-state seed) at every validation step: green solved, "
+            "red not. Click a state to see its thoughts and actions at each step, and a "
+            "diff of the reasoning between two steps.</p><div id=app></div>"
+        )
+        (out / "states.html").write_text(
+            page(
+                f"{title} · validation states",
+                root,
+                body,
+                nav,
+                (common, f"{root}assets/states.js"),
+                "states",
+                tiles=tiles,
+            ),
+            encoding="utf-8",
+        )
+    last = run.metrics[-1] if run.metrics else run.summary
+    return {
+        "name": title,
+        "kind": run.kind,
+        "env": run.env_name,
+        "steps": len(run.metrics),
+        "files": len(built),
+        "success": _last(run, "val/success_rate") or finite(last.get("success_rate")),
+        "events": len(run.events),
+        "skipped": len(run.skipped),
+    }
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _write_site_data(out: Path, built: list[StepResult]) -> None:
+    """``files.js`` (what search walks), ``thoughts.js`` and ``states.js``."""
+    files = [
+        {
+            "stem": r.sf.stem,
+            "page": r.sf.page,
+            "label": r.sf.label,
+            "kind": r.sf.kind,
+            "step": r.sf.step,
+            "branch": r.sf.branch,
+            "n": r.episodes,
+            "chunks": (r.episodes + CHUNK - 1) // CHUNK,
+        }
+        for r in built
+    ]
+    write_data(out / "data", "files", {"files": files})
+    thoughts = {
+        "steps": [
+            {"step": r.sf.step, "label": r.sf.label, "page": r.sf.page, "samples": r.thoughts}
+            for r in built
+            if r.sf.kind in ("train", "eval") and not r.sf.branch
+        ]
+    }
+    write_data(out / "data", "thoughts", thoughts)
+    val = [r for r in built if r.states]
+    if val:
+        by_seed: dict[str, dict[str, Any]] = {}
+        for r in val:
+            for cell in r.states:
+                seed = str(cell["seed"])
+                by_seed.setdefault(seed, {}).setdefault(str(r.sf.step), cell)
+        payload = {
+            "steps": [r.sf.step for r in val],
+            "pages": {str(r.sf.step): r.sf.page for r in val},
+            "states": [{"seed": s, "cells": cells} for s, cells in by_seed.items()],
+        }
+        write_data(out / "data", "states", payload)
 
 
 def _last(run: Run, key: str) -> float | None:
@@ -224,82 +413,36 @@ def _step_picker(run: Run, current: StepFile) -> str:
     )
 
 
-def _fmt(v: Any, pct: bool = False) -> str:
-    v = finite(v)
-    if v is None:
-        return "—"
-    return f"{100 * v:.1f}%" if pct else f"{v:.4g}"
+def skipped_note(skipped: list[str]) -> str:
+    if not skipped:
+        return ""
+    items = "".join(f"<li>{esc(s)}</li>" for s in skipped)
+    return (
+        f"<div class=skipped id=skipped><b>Skipped {len(skipped)} damaged "
+        f"part{'s' if len(skipped) > 1 else ''}</b> (the rest is shown):<ul>{items}</ul></div>"
+    )
 
 
-def _overview(run, title, file_stats, reasoning, samples) -> str:
+def _overview(run, title, file_stats, reasoning, states, branch_pages) -> str:
     parts = [f"<h1>{esc(title)}</h1>"]
+    fmt_name = f" · reasoning {esc(run.reasoning)}" if run.reasoning else ""
     parts.append(
         f"<p class=small>{'training run' if run.kind == 'train' else 'eval output'} "
-        f"· {esc(run.path)} · env {esc(run.env_name or '?')}</p>"
+        f"· {esc(run.path)} · env {esc(run.env_name or '?')}{fmt_name}</p>"
     )
-    if run.events:
-        items = "".join(
-            f"<li><b>step {esc(e.get('step'))}</b> {esc(e.get('event', ''))} "
-            f"<code>{esc(e.get('signal', ''))}</code> ({esc(e.get('action', ''))}): "
-            f"{esc(e.get('message', ''))}</li>"
-            for e in run.events
-        )
-        parts.append(f"<h2>Collapse warnings</h2><ul class=events id=events>{items}</ul>")
+    parts.append(skipped_note(run.skipped))
+    parts.append(overview.events_section(run, branch_pages))
     if run.metrics:
-        parts.append("<h2>Curves</h2>" + charts.panels(run.metrics, run.events))
+        parts.append(overview.curves_section(run))
+        parts.append(overview.collapse_section(run))
     if run.summary:
         rows = "".join(
-            f"<tr><th>{esc(k)}</th><td>{_fmt(v)}</td></tr>" for k, v in sorted(run.summary.items())
+            f"<tr><th>{esc(k)}</th><td>{fmt(v)}</td></tr>" for k, v in sorted(run.summary.items())
         )
         parts.append(f"<h2>Metrics</h2><table id=summary>{rows}</table>")
-    val_rows = [r for r in run.metrics if any(k.startswith("val/") for k in r)]
-    if val_rows:
-        pages = {sf.step: sf.page for sf, _, _ in file_stats if sf.kind == "val"}
-        cols = [
-            ("val/success_rate", "success", True),
-            ("val/reward_mean", "reward mean", False),
-            ("val/pass_at_k", "pass@k", True),
-            ("val/valid_action_rate", "valid actions", True),
-            ("val/format_error_rate", "format errors", True),
-            ("val/response_length", "response length", False),
-        ]
-        head = "".join(f"<th>{c[1]}</th>" for c in cols)
-        body = ""
-        for r in val_rows:
-            s = int(r["step"])
-            link = f'<a href="{pages[s]}">{s}</a>' if s in pages else str(s)
-            body += f"<tr><td>{link}</td>" + "".join(
-                f"<td>{_fmt(r.get(k), pct)}</td>" for k, _, pct in cols
-            )
-            body += "</tr>"
-        parts.append(
-            f"<h2>Validation</h2><table id=validation><tr><th>step</th>{head}</tr>{body}</table>"
-        )
-    if file_stats:
-        metrics_by_step = {int(r["step"]): r for r in run.metrics}
-        rows = ""
-        for sf, n, st in file_stats:
-            m = metrics_by_step.get(sf.step, {})
-            pre = "val/" if sf.kind == "val" else "rollout/"
-            success = (
-                run.summary.get("success_rate")
-                if sf.kind == "eval"
-                else m.get(f"{pre}success_rate")
-            )
-            rows += (
-                f'<tr><td><a class=step-link data-kind="{sf.kind}" href="{sf.page}">'
-                f"{esc(sf.label)}</a></td><td>{n}</td><td>{_fmt(success, True)}</td>"
-                f"<td>{_fmt(st['top_thought_share'], True)}</td>"
-                f"<td>{_fmt(st['mismatch_rate'], True)}</td></tr>"
-            )
-        parts.append(
-            "<h2>Steps</h2><p class=small>Each page shows the step's episodes grouped by "
-            "initial state; click one to see it turn by turn.</p><table id=steps><tr>"
-            "<th>trajectories</th><th>episodes</th><th>success</th><th>top thought share</th>"
-            f"<th>thought/answer mismatch</th></tr>{rows}</table>"
-        )
-    if reasoning:
-        parts.append(_reasoning_section(reasoning, samples, run.events))
+    parts.append(overview.validation_section(run, file_stats, states))
+    parts.append(overview.reasoning_section(reasoning, run))
+    parts.append(overview.steps_section(run, file_stats))
     if run.config_text:
         parts.append(
             "<h2>Config</h2><details><summary>show</summary>"
@@ -308,87 +451,58 @@ def _overview(run, title, file_stats, reasoning, samples) -> str:
     return "".join(parts)
 
 
-def _reasoning_section(reasoning, samples, events) -> str:
-    steps = sorted(reasoning)
-    rows = [{"step": s, **{f"thoughts/{k}": v for k, v in reasoning[s].items()}} for s in steps]
-    chart = ""
-    if len(steps) > 1:
-        chart = charts.panels(
-            rows,
-            events,
-            spec=[
-                ("top thought share (actions masked)", ["thoughts/top_thought_share"]),
-                ("distinct-2 of thoughts", ["thoughts/distinct_2"]),
-                ("mean thought length (words)", ["thoughts/thought_words"]),
-                ("thought/answer mismatch rate", ["thoughts/mismatch_rate"]),
-            ],
-        )
-    body = "".join(
-        f"<tr><td>{s}</td><td>{_fmt(reasoning[s]['top_thought_share'], True)}</td>"
-        f"<td>{_fmt(reasoning[s]['distinct_2'])}</td><td>{_fmt(reasoning[s]['thought_words'])}</td>"
-        f"<td>{_fmt(reasoning[s]['mismatch_rate'], True)}</td></tr>"
-        for s in steps
-    )
-    table = (
-        "<details><summary>per-step table</summary><table id=reasoning><tr><th>step</th>"
-        "<th>top thought share</th><th>distinct-2</th><th>thought words</th>"
-        f"<th>mismatch rate</th></tr>{body}</table></details>"
-    )
-    early, late = steps[0], steps[-1]
-
-    def column(s: int) -> str:
-        items = (
-            "".join(f"<pre>{esc(t)}</pre>" for t in samples.get(s, [])) or "<p>(no thoughts)</p>"
-        )
-        return f"<div><h3>step {s}</h3>{items}</div>"
-
-    side = (
-        f"<div class=thoughts>{column(early)}{column(late)}</div>"
-        if early != late
-        else column(early)
-    )
-    return (
-        "<h2>Reasoning over training</h2><p class=small>From the logged trajectories: the "
-        "share of the most common thought once action words are masked, distinct word "
-        "bigrams, mean thought length and the share of judged turns whose thought commits "
-        "to other actions than the answer (ragen.viewer.reasoning_stats).</p>"
-        + chart
-        + table
-        + "<h3>Thoughts, early and late</h3>"
-        + side
-    )
-
-
 # -------------------------------------------------------------------------- the site
-def build_site(path: str | Path, out: str | Path | None = None) -> Path:
+def build_site(
+    path: str | Path,
+    out: str | Path | None = None,
+    on_skip: Callable[[str], None] | None = None,
+) -> Path:
     """Build the site for the run folder ``path`` into ``out`` (default ``path/site``);
-    return the path of its ``index.html``."""
+    return the path of its ``index.html``. Each damaged part that was skipped is passed
+    to ``on_skip`` (default: printed to stderr) and listed on the overview page."""
+    from ragen.errors import UsageError
+
+    report = on_skip or (lambda line: print(f"ragen view: skipped {line}", file=sys.stderr))
     collection: Collection = load(path)
     out = Path(out) if out is not None else collection.path / "site"
     out.mkdir(parents=True, exist_ok=True)
     (out / "assets").mkdir(exist_ok=True)
-    for name in ("viewer.css", "viewer.js"):
+    for name in ("viewer.css", *SCRIPTS):
         shutil.copyfile(ASSETS / name, out / "assets" / name)
+    for line in collection.skipped:
+        report(line)
     if len(collection.runs) == 1 and collection.runs[0].name == "":
-        build_run(collection.runs[0], out, "")
+        run = collection.runs[0]
+        summary_ = build_run(run, out, "")
+        for line in run.skipped:
+            report(line)
+        if not summary_["files"] and not run.metrics and not run.summary and run.skipped:
+            raise UsageError(
+                f"nothing readable in {collection.path}: every part was damaged "
+                f"({run.skipped[0]}{' ...' if len(run.skipped) > 1 else ''})"
+            )
         return out / "index.html"
     summaries = []
     for run in collection.runs:
         depth = len(Path(run.name).parts)
         root = "../" * depth
-        summary = build_run(run, out / run.name, root, top=root)
-        summary["href"] = f"{run.name}/index.html"
-        summaries.append(summary)
+        s = build_run(run, out / run.name, root, top=root)
+        for line in run.skipped:
+            report(f"{run.name}/{line}")
+        s["href"] = f"{run.name}/index.html"
+        summaries.append(s)
     rows = "".join(
         f'<tr><td><a class=run-link href="{esc(s["href"])}">{esc(s["name"])}</a></td>'
         f"<td>{esc(s['kind'])}</td><td>{esc(s['env'])}</td><td>{s['steps']}</td>"
-        f"<td>{s['files']}</td><td>{_fmt(s['success'], True)}</td><td>{s['events']}</td></tr>"
+        f"<td>{s['files']}</td><td>{fmt(s['success'], True)}</td><td>{s['events']}</td>"
+        f"<td>{s['skipped'] or ''}</td></tr>"
         for s in summaries
     )
     body = (
-        f"<h1>{esc(collection.path.name)}</h1><h2>Runs</h2><table id=runs><tr><th>run</th>"
-        "<th>kind</th><th>env</th><th>steps</th><th>trajectory files</th>"
-        f"<th>success (last validation)</th><th>collapse events</th></tr>{rows}</table>"
+        f"<h1>{esc(collection.path.name)}</h1>{skipped_note(collection.skipped)}<h2>Runs</h2>"
+        "<table id=runs><tr><th>run</th><th>kind</th><th>env</th><th>steps</th>"
+        "<th>trajectory files</th><th>success (last validation)</th><th>collapse events</th>"
+        f"<th>damaged parts skipped</th></tr>{rows}</table>"
     )
     if collection.results:
         body += _results_table(collection.results)
@@ -404,7 +518,8 @@ def _results_table(results: dict[str, Any]) -> str:
         if not isinstance(row, dict):
             continue
         cells = "".join(
-            f"<td>{_fmt((row.get(c) or {}).get('success_rate'), True)}</td>" for c in columns
+            f"<td>{fmt(cell.get('success_rate') if isinstance(cell := row.get(c), dict) else None, True)}</td>"
+            for c in columns
         )
         body += f"<tr><td>{esc(env)}</td>{cells}</tr>"
     return (
@@ -413,4 +528,4 @@ def _results_table(results: dict[str, Any]) -> str:
     )
 
 
-__all__ = ["build_site", "build_run", "compact"]
+__all__ = ["build_site", "build_run"]
