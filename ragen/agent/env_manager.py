@@ -108,6 +108,9 @@ class EnvStateManager:
             factory(**self.env_config) for _ in range(self.env_groups * self.group_size)
         ]
         self.group_seeds: list[int] = []
+        # a curriculum's level: training states harder than this (Env.difficulty) are
+        # passed over when seeds are drawn; None draws every training state
+        self.max_difficulty: float | None = None
         self._validation: list[int] = []  # validation seeds found so far, in order
         self._next_val_candidate = VAL_SEED_START
 
@@ -123,14 +126,23 @@ class EnvStateManager:
         key = self._probe.state_key()
         return None if key is None else is_held_out(key)
 
-    def seeds_for_step(self, step: int) -> list[int]:
+    def seeds_for_step(self, step: int, draw: int = 0) -> list[int]:
         """Training initial-state seeds of batch ``step``, a pure function of
-        ``(seed, step)``: group g takes the first draw
+        ``(seed, step, draw, max_difficulty)``: group g takes the first draw
         ``derive_seed("train", seed, step, g, attempt) mod VAL_SEED_START`` whose initial
-        state is not a validation state."""
+        state is not a validation state (and, under a curriculum, is no harder than
+        ``max_difficulty``). ``draw > 0`` gives further, different seeds for the same step
+        (``derive_seed("train", seed, step, "draw", draw, g, attempt)``): the refills of
+        dynamic sampling."""
         if step < 0:
             raise ValueError(f"step must be >= 0, got {step}")
         if self.train_states:
+            if draw or self.max_difficulty is not None:
+                raise UsageError(
+                    "env.train_states (a fixed pool) cannot be combined with dynamic "
+                    "sampling or a curriculum, which draw fresh states. Fix: "
+                    "env.train_states=0, or turn those off"
+                )
             # with a pool, group g of step s takes pool[derive_seed("train", seed, s, g) mod N]
             pool = self.train_pool()
             return [
@@ -138,15 +150,31 @@ class EnvStateManager:
                 for g in range(self.env_groups)
             ]
         seeds = []
+        extra = ("draw", draw) if draw else ()
         for g in range(self.env_groups):
             for attempt in range(MAX_DRAWS):
-                seed = derive_seed("train", self.seed, step, g, attempt) % VAL_SEED_START
-                if not self.held_out(seed):
+                seed = derive_seed("train", self.seed, step, *extra, g, attempt) % VAL_SEED_START
+                if not self.held_out(seed) and self.within_curriculum(seed):
                     seeds.append(seed)
                     break
             else:
+                if self.max_difficulty is not None:
+                    raise UsageError(
+                        f"no training state of {self.env_name} with difficulty <= "
+                        f"{self.max_difficulty:g} in {MAX_DRAWS} draws "
+                        f"({self._probe.difficulty_meaning}). Fix: a higher env.curriculum.start"
+                    )
                 raise self._too_few_states("training")
         return seeds
+
+    def within_curriculum(self, seed: int) -> bool:
+        """Whether ``seed``'s initial state is no harder than ``max_difficulty`` (always,
+        without a curriculum). States whose difficulty the env cannot tell are passed over."""
+        if self.max_difficulty is None:
+            return True
+        self._probe.reset(seed)
+        level = self._probe.difficulty()
+        return level is not None and level <= self.max_difficulty
 
     def train_pool(self) -> list[int]:
         """The fixed pool of ``train_states`` training seeds: draws

@@ -203,6 +203,16 @@ class Env(ABC):
         """The solver's next action from the current state, or None when unknown."""
         return None
 
+    # -- curriculum (env.curriculum) -----------------------------------------------------
+    #: what :meth:`difficulty` measures, for docs and errors (empty: no curriculum)
+    difficulty_meaning: ClassVar[str] = ""
+
+    def difficulty(self) -> float | None:
+        """How hard the current (initial) state is, higher is harder, or None when the env
+        cannot tell: a curriculum (``env.curriculum``) trains on states whose difficulty
+        is within its current level. Read right after ``reset``."""
+        return None
+
     # -- progress potential (rollout.progress_reward) -----------------------------------
     #: what :meth:`progress_potential` measures, for docs and errors (empty: no potential)
     progress_potential_meaning: ClassVar[str] = ""

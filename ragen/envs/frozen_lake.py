@@ -562,6 +562,15 @@ class FrozenLakeEnv(Env):
         every cell, so it would say nothing about getting closer within the turn budget."""
         return discounted_success(self.desc, self.p, oracle_gamma=self.oracle_gamma)[self._pos]
 
+    difficulty_meaning = (
+        "1 - the solver's discounted (gamma 0.9) chance of reaching the goal from the start"
+    )
+
+    def difficulty(self) -> float | None:
+        """``1 - Phi(start)``: 0 for a goal next to the start on a safe lake, towards 1 the
+        farther and more dangerous the way (:meth:`progress_potential`)."""
+        return 1.0 - self.progress_potential()
+
     def optimal_success_probability(self, from_current: bool = False) -> float:
         """Probability that the best policy ever reaches the goal (no step limit:
         :func:`solve_lake`, whatever ``oracle_gamma`` is), from the start cell (default) or

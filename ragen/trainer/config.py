@@ -106,6 +106,20 @@ class ModelConfig:
 
 
 @dataclass
+class CurriculumConfig:
+    """Train on initial states no harder than a level that rises with measured success
+    (``Env.difficulty``: Sokoban's optimal solution length, FrozenLake's 1 - the
+    solver's discounted chance). Off while ``start`` is null."""
+
+    start: float | None = None  # the first level (e.g. 3 moves); null: no curriculum
+    step: float = 1.0  # how much the level rises each time it advances
+    stop: float | None = None  # the highest level; past it every state is drawn
+    # advance once the mean training success of the last ``window`` steps reaches this
+    advance_at: float = 0.6
+    window: int = 3
+
+
+@dataclass
 class EnvSection:
     name: str = "sokoban"  # a registered environment (``ragen envs``)
     config: dict[str, Any] = field(
@@ -115,6 +129,7 @@ class EnvSection:
     # 0: a fresh training state per group and step; N: draw groups from a fixed pool of N
     # distinct training states (prompt diversity; validation states stay held out)
     train_states: int = 0
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
 
 
 @dataclass
@@ -126,6 +141,19 @@ class FilterConfig:
     # what groups are ranked by: reward_std | reward_var | reward | entropy | length
     # (entropy: mean surprisal of the sampled tokens; length: response tokens)
     metric: str = "reward_std"
+
+
+@dataclass
+class DynamicSamplingConfig:
+    """DAPO's dynamic sampling: drop the groups whose episodes all agree (every one
+    succeeds, or every one fails: no advantage under a group baseline) and roll out fresh
+    initial states until ``rollout.env_groups`` informative groups are kept or
+    ``max_rounds`` refills are spent (``ragen.trainer.dynamic_sampling``)."""
+
+    enabled: bool = False
+    # what must differ within a group: success (solved or not) | reward (episode reward)
+    on: str = "success"
+    max_rounds: int = 3  # refill rollouts per step, each of rollout.env_groups groups
 
 
 @dataclass
@@ -153,6 +181,7 @@ class AlgoConfig:
     # the turn's own reward only (with rollout.progress_reward: the move's own progress)
     window_gamma: float = 1.0
     filter: FilterConfig = field(default_factory=FilterConfig)
+    dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
     kl_coef: float = 0.001
     kl_type: str = "low_var_kl"  # k1 | abs | k2 | low_var_kl
     kl_in_reward: bool = False  # True: subtract coef*KL from token rewards; False: KL loss term
@@ -440,6 +469,27 @@ def _check_env_keys(env: EnvSection) -> None:
             f"env.train_states must be >= 0 (0 = a fresh state per group and step), got "
             f"{env.train_states}. Fix: env.train_states=0 or a pool size such as 64"
         )
+    c = env.curriculum
+    if c.start is None:
+        return
+    from ragen import envs
+
+    if not getattr(envs.spec(env.name).load_class(), "difficulty_meaning", ""):
+        _fail("env.curriculum.start", f"env {env.name!r} cannot rank its states by "
+              "difficulty (Env.difficulty)", "env.curriculum.start=null")  # fmt: skip
+    if env.train_states:
+        _fail("env.curriculum.start", "a curriculum draws fresh states; it cannot use the "
+              "fixed pool of env.train_states", "env.train_states=0")  # fmt: skip
+    if not c.step > 0:
+        _fail("env.curriculum.step", f"must be > 0, got {c.step}", "e.g. 1")
+    if c.stop is not None and not c.stop >= c.start:
+        _fail("env.curriculum.stop", f"must be >= start ({c.start}), got {c.stop}", "or null")
+    if not 0 < c.advance_at <= 1:
+        _fail(
+            "env.curriculum.advance_at", f"a success rate in (0, 1], got {c.advance_at}", "e.g. 0.6"
+        )
+    if c.window < 1:
+        _fail("env.curriculum.window", f"must be >= 1, got {c.window}", "e.g. 3")
 
 
 def check_env_options(name: str, options: dict[str, Any], key: str = "env.config") -> None:
@@ -596,6 +646,13 @@ def _check_ranges(cfg: TrainConfig) -> None:
               "null never skips; e.g. 10 skips optimizer steps whose grad norm exceeds 10")  # fmt: skip
     if t.val_temperature < 0:
         _fail("trainer.val_temperature", f"must be >= 0, got {t.val_temperature}", "0 is greedy")
+    d = a.dynamic_sampling
+    check_choice("algo.dynamic_sampling.on", d.on, ("success", "reward"))
+    if d.max_rounds < 0:
+        _fail("algo.dynamic_sampling.max_rounds", f"must be >= 0, got {d.max_rounds}", "e.g. 3")
+    if d.enabled and cfg.env.train_states:
+        _fail("algo.dynamic_sampling.enabled", "refills draw fresh states; they cannot use "
+              "the fixed pool of env.train_states", "env.train_states=0")  # fmt: skip
     if a.filter.strategy == "top_p" and not 0 < a.filter.value <= 1:
         _fail(
             "algo.filter.value",

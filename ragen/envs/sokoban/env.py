@@ -484,6 +484,14 @@ class SokobanEnv(Env):
             self._moves_left[key] = None if path is None else len(path)
         return self._moves_left[key]
 
+    difficulty_meaning = "the moves of an optimal solution (BFS)"
+
+    def difficulty(self) -> float | None:
+        """The moves of an optimal solution from the current state (None: unsolvable or
+        over the solver's limit)."""
+        moves = self.optimal_solution_length()
+        return None if moves is None else float(moves)
+
     def optimal_solution_length(self) -> int | None:
         """Moves of an optimal plan from the current state (None if unsolvable / over limit)."""
         path = solve_path(self.room, self.solver_max_states)
