@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ragen.errors import MissingDependencyError
+from ragen.errors import EnvOptionError, MissingDependencyError
 
 from .base import Env, StepResult, make_info, normalize_action
 
@@ -118,14 +118,14 @@ class GymEnv(Env):
             raise TypeError(f"{self.env_id} has action space {space}; GymEnv needs Discrete")
         names = [normalize_action(n) for n in action_names]
         if len(names) != int(space.n) or len(set(names)) != len(names) or "" in names:
-            raise ValueError(
+            raise EnvOptionError(
                 f"action_names must be {int(space.n)} distinct names for {self.env_id}, "
                 f"got {list(action_names)}"
             )
         self._names = names
         self._index = {n: i for i, n in enumerate(names)}
         if max_steps is not None and max_steps < 1:
-            raise ValueError(f"max_steps={max_steps} must be >= 1 (or None)")
+            raise EnvOptionError(f"max_steps={max_steps} must be >= 1 (or None)")
         self.max_steps = max_steps
         self._instructions = instructions
         self.ansi_styles = [(str(code), str(rep)) for code, rep in ansi_styles]
@@ -223,7 +223,7 @@ def _build(gym: Any, env_id: Any, kwargs: dict[str, Any]) -> tuple[Any, str]:
         return env, getattr(getattr(env, "spec", None), "id", None) or type(env).__name__
     ids = [env_id] if isinstance(env_id, str) else list(env_id)
     if not ids:
-        raise ValueError("env_id must name at least one gymnasium environment")
+        raise EnvOptionError("env_id must name at least one gymnasium environment")
     errors = []
     for candidate in ids:
         try:
@@ -232,7 +232,7 @@ def _build(gym: Any, env_id: Any, kwargs: dict[str, Any]) -> tuple[Any, str]:
             errors.append(f"{candidate}: {err}")
             continue
         return env, candidate
-    raise ValueError(f"no usable gymnasium environment among {ids}: {'; '.join(errors)}")
+    raise EnvOptionError(f"no usable gymnasium environment among {ids}: {'; '.join(errors)}")
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -246,7 +246,7 @@ def _tabular_q(env: Any, gamma: float) -> np.ndarray:
     ``P[s][a] = [(prob, next_state, reward, terminated), ...]``)."""
     model = getattr(env.unwrapped, "P", None)
     if not isinstance(model, dict):
-        raise ValueError(
+        raise EnvOptionError(
             f"tabular_oracle needs a tabular model env.unwrapped.P; {type(env.unwrapped).__name__} "
             "has none"
         )

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ragen.errors import EnvConfigError
+from ragen.errors import EnvConfigError, EnvOptionError
 
 from .base import Env, StepResult, make_info
 from .facts import Fact
@@ -81,12 +81,12 @@ class RemoteEnv(Env):
             )
         url = str(url).rstrip("/")
         if not url.startswith(("http://", "https://")):
-            raise ValueError(
+            raise EnvOptionError(
                 f"url={url!r} is not an HTTP address. Fix: url=http://HOST:PORT, as printed "
                 "by `ragen serve-env NAME --port PORT`"
             )
         if not timeout > 0 or retries < 0 or retry_wait < 0:
-            raise ValueError(
+            raise EnvOptionError(
                 f"timeout={timeout} must be > 0, retries={retries} and retry_wait={retry_wait} >= 0"
             )
         self.url, self.timeout = url, float(timeout)

@@ -29,6 +29,8 @@ import re
 
 import numpy as np
 
+from ragen.errors import EnvOptionError
+
 from . import rgb
 from .base import Env, StepResult, derive_seed, make_info
 from .glyphs import draw_text
@@ -139,13 +141,13 @@ class SudokuEnv(Env):
     def __init__(self, size: int = 4, givens: int | None = None, max_steps: int | None = None):
         super().__init__()
         if size not in SIZES:
-            raise ValueError(f"size={size}; Sudoku sizes are {SIZES}")
+            raise EnvOptionError(f"size={size}; Sudoku sizes are {SIZES}")
         self.size = int(size)
         self.givens = DEFAULT_GIVENS[self.size] if givens is None else int(givens)
         if not 0 <= self.givens <= self.size * self.size:
-            raise ValueError(f"givens={givens} must be in 0..{self.size * self.size}")
+            raise EnvOptionError(f"givens={givens} must be in 0..{self.size * self.size}")
         if max_steps is not None and int(max_steps) < 1:
-            raise ValueError(f"max_steps={max_steps} must be >= 1 (or null for the default)")
+            raise EnvOptionError(f"max_steps={max_steps} must be >= 1 (or null for the default)")
         self.max_steps = max_steps
         self._peers = _peers(self.size)
         self.grid: list[int] = [0] * self.size**2
