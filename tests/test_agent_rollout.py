@@ -165,18 +165,29 @@ class _RejectingEnv(LineEnv):
 
     def _step(self, action):
         if action == "explode":
-            raise ValueError("unknown action")
+            raise AttributeError("'int' object has no attribute 'strip'")
         if action == "noop":
             return self.render(), 0.0, False, False, make_info(True, False, False)
         return super()._step(action)
 
 
-def test_env_rejection_counts_as_invalid():
-    policy, _ = _scripted(lambda p, c, r: "<think>x</think><answer>explode || noop</answer>")
+def test_an_env_exception_ends_the_episode_as_truncated_never_the_run(caplog):
+    """Any exception type: the episode ends (env_truncated, the reason recorded and
+    logged); more failed episodes than rollout.max_env_error_share stop the run."""
+    from ragen.errors import EnvUnavailableError
+
+    policy, _ = _scripted(lambda p, c, r: "<think>x</think><answer>noop || explode</answer>")
     m = EnvStateManager(_RejectingEnv, {"length": 30}, env_groups=1, group_size=1)
-    (t,) = run_rollout(policy, m, _config(max_turns=2), [5]).trajectories
-    assert t.num_actions == 4 and t.num_valid_actions == 2 and t.num_effective_actions == 0
-    assert t.turns[0].info["action_is_valid"] == [False, True]
+    with caplog.at_level("WARNING", logger="ragen.envs"):
+        (t,) = run_rollout(
+            policy, m, _config(max_turns=2, max_env_error_share=1.0), [5]
+        ).trajectories
+    assert t.end_reason == "env_truncated" and t.num_turns == 1 and t.num_actions == 2
+    assert t.turns[0].info["action_is_valid"] == [True, False]
+    assert t.env_error == "AttributeError: 'int' object has no attribute 'strip'"
+    assert "the episode ends truncated" in caplog.text
+    with pytest.raises(EnvUnavailableError, match=r"1 of 1 episodes .* AttributeError"):
+        run_rollout(policy, m, _config(max_turns=2), [5])
 
 
 # -- end reasons ------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from typing import Any
 
 from ragen.envs import make
 from ragen.envs.base import Env, derive_seed
-from ragen.errors import UsageError
+from ragen.errors import EnvUnavailableError, UsageError
 
 VAL_SEED_START = 10**9  # validation seeds start here; training seeds stay below
 HELD_OUT_EVERY = 8  # one initial state in 8 (by hash) is a validation state
@@ -88,6 +88,9 @@ class EnvStateManager:
         ]
         self.group_seeds: list[int] = []
         self._probe = factory(**self.env_config)  # resets candidate seeds, plays nothing
+        # a served env whose server is not there: one clear error now, not a run whose
+        # every prompt says "(remote environment unavailable)"
+        self._probe.check_available()
         self._validation: list[int] = []  # validation seeds found so far, in order
         self._next_val_candidate = VAL_SEED_START
 
@@ -99,9 +102,21 @@ class EnvStateManager:
     def held_out(self, seed: int) -> bool | None:
         """Whether ``seed``'s initial state is a validation state (None: the env has no
         state split, see the module docstring)."""
-        self._probe.reset(seed)
-        key = self._probe.state_key()
+        key = self._probe_key(seed)
         return None if key is None else is_held_out(key)
+
+    def _probe_key(self, seed: int) -> str | None:
+        """``state_key()`` of ``seed``'s initial state. An env that fails to reset here
+        stops the run: without its state, no seed can be shown to be a training state."""
+        self._probe.reset(seed)
+        error = getattr(self._probe, "env_error", None)
+        if error is not None:
+            raise EnvUnavailableError(
+                f"{self.env_name}: resetting seed {seed} to split training from validation "
+                f"states failed ({error}); no seed can be checked against the held-out "
+                "states. Fix: the env (or its server), then resume the run"
+            )
+        return self._probe.state_key()
 
     def seeds_for_step(self, step: int) -> list[int]:
         """Training initial-state seeds of batch ``step``, a pure function of
@@ -140,8 +155,7 @@ class EnvStateManager:
             while len(pool) < self.train_states and misses < MAX_DRAWS:
                 seed = derive_seed("pool", self.seed, attempt) % VAL_SEED_START
                 attempt += 1
-                self._probe.reset(seed)
-                key = self._probe.state_key()
+                key = self._probe_key(seed)
                 key = f"seed:{seed}" if key is None else key
                 if key in keys or (not key.startswith("seed:") and is_held_out(key)):
                     misses += 1  # a validation state or one the pool has: draw again

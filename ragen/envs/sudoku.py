@@ -32,7 +32,7 @@ import numpy as np
 from ragen.errors import EnvOptionError
 
 from . import rgb
-from .base import Env, StepResult, derive_seed, make_info
+from .base import Env, StepResult, derive_seed, make_info, parse_int
 from .glyphs import draw_text
 
 SIZES = (4, 9)
@@ -175,7 +175,10 @@ class SudokuEnv(Env):
         m = _ACTION.match(action)
         if not m:
             return None
-        r, c, d = (int(x) for x in m.groups())
+        numbers = [parse_int(x) for x in m.groups()]
+        if None in numbers:  # a number of thousands of digits: not a cell, not a digit
+            return None
+        r, c, d = numbers
         if not (1 <= r <= self.size and 1 <= c <= self.size and 0 <= d <= self.size):
             return None
         return r - 1, c - 1, d
