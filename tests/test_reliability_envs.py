@@ -379,3 +379,21 @@ def test_textarena_tells_a_missing_game_from_one_it_cannot_build(game, message, 
     with pytest.raises(EnvOptionError, match=message) as err:
         make("textarena", game=game)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["sokoban", "frozen_lake"])
+def test_the_validation_list_holds_distinct_states(name):
+    """The probe: 256 validation seeds held 240 distinct Sokoban rooms, 250 FrozenLake
+    maps. Now the list is deduplicated by state, as the training pool is."""
+    from ragen.agent.env_manager import EnvStateManager, is_held_out
+
+    manager = EnvStateManager(name, env_groups=1, group_size=1)
+    seeds = manager.validation_seeds(256)
+    probe = make(name)
+    keys = []
+    for seed in seeds:
+        probe.reset(seed)
+        keys.append(probe.state_key())
+    assert len(set(seeds)) == len(set(keys)) == 256
+    assert all(is_held_out(k) for k in keys)
+    assert manager.validation_seeds(4, offset=10) == seeds[10:14]  # a fixed list

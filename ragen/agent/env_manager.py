@@ -11,7 +11,8 @@ the same room. The split is therefore on the initial STATE: an env's ``state_key
 (its canonical state right after reset) is hashed, and one state in
 :data:`HELD_OUT_EVERY` is a validation state. Training seeds (``[0, VAL_SEED_START)``,
 drawn per step and group) skip every validation state; validation seeds
-(``[VAL_SEED_START, 2 * VAL_SEED_START)``, a fixed list) keep only validation states.
+(``[VAL_SEED_START, 2 * VAL_SEED_START)``, a fixed list) keep only validation states,
+each once (two seeds that generate one room give one entry).
 No training, SFT or validation-seed draw can cross, whatever the env config. Envs whose
 ``state_key()`` is None (the bandit, gymnasium envs) are split by seed range alone.
 
@@ -92,6 +93,7 @@ class EnvStateManager:
         # every prompt says "(remote environment unavailable)"
         self._probe.check_available()
         self._validation: list[int] = []  # validation seeds found so far, in order
+        self._validation_keys: set[str] = set()  # their initial states (all distinct)
         self._next_val_candidate = VAL_SEED_START
 
     @property
@@ -174,7 +176,8 @@ class EnvStateManager:
     def validation_seeds(self, n_groups: int | None = None, offset: int = 0) -> list[int]:
         """Validation seeds ``offset .. offset + n - 1`` of the fixed validation list: the
         seeds from ``VAL_SEED_START`` on, in order, whose initial state is a validation
-        state (every seed of the range when the env has no state split)."""
+        state not already in the list (distinct STATES, as in the training pool; every
+        seed of the range when the env has no state split)."""
         n = self.env_groups if n_groups is None else int(n_groups)
         if offset < 0 or n < 0:
             raise UsageError(
@@ -190,12 +193,17 @@ class EnvStateManager:
                     "--seed-offset"
                 )
             self._next_val_candidate += 1
-            if self.held_out(seed) is False:
+            key = self._probe_key(seed)
+            if key is not None and (not is_held_out(key) or key in self._validation_keys):
+                # a training state, or a validation state the list has already: two seeds
+                # can generate one room, and it must not count twice in a success rate
                 misses += 1
                 if misses >= MAX_DRAWS:
                     raise self._too_few_states("validation")
                 continue
             misses = 0
+            if key is not None:
+                self._validation_keys.add(key)
             self._validation.append(seed)
         return self._validation[offset : offset + n]
 
