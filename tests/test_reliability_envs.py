@@ -397,3 +397,44 @@ def test_the_validation_list_holds_distinct_states(name):
     assert len(set(seeds)) == len(set(keys)) == 256
     assert all(is_held_out(k) for k in keys)
     assert manager.validation_seeds(4, offset=10) == seeds[10:14]  # a fixed list
+
+
+# -- item 11: gymnasium success is the wrapped env's own ----------------------------------
+def test_cliff_walking_oracle_succeeds_in_13_steps():
+    """The docs' own example: the oracle reaches the goal in 13 steps and success was
+    False in 20 of 20 episodes (the goal step pays -1). Now True in 20 of 20."""
+    from ragen.envs.gym_adapter import GymEnv
+
+    env = GymEnv(
+        "CliffWalking-v1",
+        action_names=["up", "right", "down", "left"],
+        ansi_styles=[],
+        tabular_oracle=True,
+    )
+    assert env.success_rule == "terminated"  # "auto" knows CliffWalking
+    for seed in range(20):
+        env.reset(seed)
+        steps = 0
+        while not env.done:
+            *_, reward, terminated, _, info = env.step(env.oracle_action())
+            steps += 1
+        assert steps == 13 and terminated and reward == -1.0 and info["success"] and env.success
+
+
+def test_gym_success_rules_are_per_env(caplog):
+    from ragen.envs.gym_adapter import GymEnv
+
+    names = ["up", "right", "down", "left"]
+    goal = GymEnv("CliffWalking-v1", action_names=names, success_states=[47])
+    never = GymEnv("CliffWalking-v1", action_names=names, success=lambda obs, r, term, info: False)
+    for env in (goal, never):
+        env.reset(0)
+        for action in ["up"] + ["right"] * 11 + ["down"]:
+            env.step(action)
+        assert env.done
+    assert goal.success and not never.success
+    with pytest.raises(EnvOptionError, match="success='reward'"):
+        GymEnv("CliffWalking-v1", action_names=names, success="reward")
+    with caplog.at_level("WARNING", logger="ragen.envs.gym_adapter"):
+        GymEnv("FrozenLake8x8-v1", action_names=["left", "down", "right", "up"])
+    assert "FrozenLake8x8-v1: no known success rule" in caplog.text
