@@ -20,6 +20,7 @@ from ragen.agent.metrics import rollout_metrics
 from ragen.agent.policies import ModelPolicy, OraclePolicy, RandomPolicy
 from ragen.agent.rollout import RolloutConfig, run_rollout
 from ragen.envs.base import make_info
+from ragen.errors import UsageError
 
 LINE = LineEnv  # an env factory: nothing is added to the global env list
 
@@ -54,8 +55,10 @@ def test_train_seeds_advance_and_never_meet_validation_seeds():
     flat = [s for seeds in steps for s in seeds]
     assert len(set(flat)) == len(flat)  # fresh seeds every step
     assert all(0 <= s < VAL_SEED_START for s in flat)
-    val = m.validation_seeds(8)
-    assert val == m.validation_seeds(8)  # fixed
+    val = m.validation_seeds(5)  # LineEnv(length=6) has 5 distinct validation states
+    assert val == m.validation_seeds(5)  # fixed
+    with pytest.raises(UsageError, match=r"only 5 distinct validation states.*--group-size"):
+        m.validation_seeds(6)
     assert all(s >= VAL_SEED_START for s in val) and not set(val) & set(flat)
     assert m.seeds_for_step(5) == steps[5]  # pure function of the step
     assert EnvStateManager(LINE, env_groups=8, group_size=2, seed=4).seeds_for_step(0) != steps[0]

@@ -500,3 +500,57 @@ def test_static_bf16_is_accepted_and_compiled_asks_for_no_cuda_graphs(tiny_model
     engine = make_hf_engine(model, tok, "compiled")
     engine.generate([tok.encode("hello")], SamplingParams(max_new_tokens=3, seed=0))
     assert seen and all("mode" not in options for options in seen)
+
+
+# -- item 16: rollout/context_inexact on the tiny VLM ---------------------------------------
+def _reply_with_foreign_eos(tokenizer) -> list[int]:
+    """A garbled reply as random tiny models give: a lone UTF-8 lead byte (decodes to
+    U+FFFD), then <|endoftext|>, an EOS the ChatML template never writes at a turn end."""
+    lead = tokenizer.convert_tokens_to_ids("Ã")  # byte 0xC3 alone: half a character
+    eot = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    return tokenizer.encode("<answer>up", add_special_tokens=False) + [lead, eot]
+
+
+def _check_foreign_eos_context(fmt, images=None):
+    from ragen.agent.context import ContextManager
+
+    tok = getattr(fmt.tokenizer, "tokenizer", fmt.tokenizer)
+    ctx = ContextManager(fmt, "sys")
+    ctx.next_prompt("Turn 1 <image>" if images else "Turn 1", images=images)
+    reply = _reply_with_foreign_eos(tok)
+    content = ctx.add_response(reply, ended_by_eos=True)
+    assert "\ufffd" in content
+    ctx.next_prompt("Turn 2 <image>" if images else "Turn 2", images=images)
+    ctx.add_response(tok.encode("<answer>down</answer>", add_special_tokens=False))
+    (sample,) = ctx.samples()
+    # the sampled EOS stays, the template's whole end of turn follows it; still exact
+    end = sample.turn_ends[0]
+    assert sample.input_ids[end - len(reply) + 1 : end + 1] == reply
+    assert fmt.decode(sample.input_ids[end + 1 : end + 3]).startswith("<|im_end|>")
+    assert sample.exact and ctx.num_fallbacks == 0
+
+
+def test_a_reply_ending_in_a_foreign_eos_keeps_the_context_exact():
+    """The probe: the tiny VLM reported rollout/context_inexact 1-2 of 16 episodes a
+    step on replies with U+FFFD. The cause was the EOS those garbled replies end with
+    (<|endoftext|>, not the template's <|im_end|>): the append-only check then failed and
+    the episode fell back to fixed-prefix glue. The check now allows a sampled EOS."""
+    from fakes import tiny_tokenizer
+
+    from ragen.agent.context import ChatFormat
+
+    _check_foreign_eos_context(ChatFormat(tiny_tokenizer("chatml")))
+
+
+def test_the_tiny_vlm_context_stays_exact_after_a_foreign_eos(tmp_path):
+    import numpy as np
+
+    from ragen.agent.visual_context import chat_format_for
+    from ragen.models import load_policy
+    from ragen.models.tiny_vlm import create_tiny_vlm
+
+    folder = create_tiny_vlm(tmp_path / "vlm", seed=0, architecture="llava")
+    _, processor = load_policy(str(folder), device="cpu")
+    fmt = chat_format_for(processor, "auto", None)
+    picture = np.zeros((84, 84, 3), dtype=np.uint8)
+    _check_foreign_eos_context(fmt, images=[picture])

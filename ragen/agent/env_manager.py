@@ -199,7 +199,13 @@ class EnvStateManager:
                 # can generate one room, and it must not count twice in a success rate
                 misses += 1
                 if misses >= MAX_DRAWS:
-                    raise self._too_few_states("validation")
+                    raise UsageError(
+                        f"{self.env_name}: only {len(self._validation)} distinct validation "
+                        f"states ({MAX_DRAWS} seeds in a row gave no new one); asked for "
+                        f"{offset + n}. Fix: fewer groups (ragen eval: a smaller --n, or a "
+                        "larger --group-size, which plays each state several times; ragen "
+                        "train: a smaller trainer.val_groups), or widen the env's state space"
+                    )
                 continue
             misses = 0
             if key is not None:
