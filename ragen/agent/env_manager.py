@@ -198,6 +198,8 @@ class EnvStateManager:
                 # a training state, or a validation state the list has already: two seeds
                 # can generate one room, and it must not count twice in a success rate
                 misses += 1
+                if misses >= MAX_DRAWS and not self._validation:
+                    raise self._too_few_states("validation")
                 if misses >= MAX_DRAWS:
                     raise UsageError(
                         f"{self.env_name}: only {len(self._validation)} distinct validation "
