@@ -554,3 +554,28 @@ def test_the_tiny_vlm_context_stays_exact_after_a_foreign_eos(tmp_path):
     fmt = chat_format_for(processor, "auto", None)
     picture = np.zeros((84, 84, 3), dtype=np.uint8)
     _check_foreign_eos_context(fmt, images=[picture])
+
+
+def test_a_busy_server_is_asked_again_not_given_up():
+    """With every request thread taken (503), the client backs off and asks again, so a
+    burst of episodes larger than --max-threads does not cut them."""
+    import socket
+    import threading
+    import time
+
+    from ragen.envs.server import EnvServer
+
+    with EnvServer("frozen_lake", read_timeout=0.6, max_threads=2) as server:
+        host, port = server.url.removeprefix("http://").split(":")
+        stalled = [socket.create_connection((host, int(port))) for _ in range(2)]
+        for sock in stalled:
+            sock.sendall(b"POST /reset HT")  # both threads wait for the rest
+        time.sleep(0.2)
+        env = make("remote", url=server.url, retry_wait=0.1)
+        result = {}
+        thread = threading.Thread(target=lambda: result.update(obs=env.reset(0)))
+        thread.start()
+        thread.join(timeout=15)
+        for sock in stalled:
+            sock.close()
+    assert result["obs"] == make("frozen_lake").reset(0) and env.env_error is None

@@ -54,6 +54,8 @@ from .facts import Fact
 from .server import PROTOCOL_VERSION, TOKEN_ENV
 
 log = logging.getLogger(__name__)
+#: attempts after a 503 (the server's request threads all busy), backing off
+BUSY_RETRIES = 8
 REQUIRED_INFO_KEYS = ("action_is_valid", "action_is_effective", "success")
 
 
@@ -68,7 +70,8 @@ class RemoteEnv(Env):
         url: the server, ``http://HOST:PORT`` (``ragen serve-env`` prints it); required.
         timeout: seconds to wait for one reply before the episode is truncated.
         retries: extra attempts after a connection error (refused, reset); a timeout is
-            not retried (the server is slow, not gone).
+            not retried (the server is slow, not gone). A 503 (the server's request
+            threads all busy) is retried up to ``BUSY_RETRIES`` times, backing off.
         retry_wait: seconds between attempts.
         token: the server's token (``ragen serve-env --token``), sent as
             ``Authorization: Bearer``; default: the ``RAGEN_ENV_TOKEN`` environment
@@ -126,12 +129,19 @@ class RemoteEnv(Env):
         )
         if self.token is not None:
             request.add_header("Authorization", f"Bearer {self.token}")
-        for attempt in range(self.retries + 1):
+        attempt = busy = 0
+        while True:
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout) as response:
                     raw = response.read()
                 break
             except urllib.error.HTTPError as err:
+                if err.code == 503 and busy < BUSY_RETRIES:
+                    # every request thread of the server was in use: it read nothing of
+                    # this request, so asking again is safe; back off (about 10 s in all)
+                    time.sleep(min(2.0, max(self.retry_wait, 0.05) * 2**busy))
+                    busy += 1
+                    continue
                 raise RemoteEnvError(f"{path}: HTTP {err.code}: {_error_text(err)}") from None
             except TimeoutError:
                 raise RemoteEnvError(f"{path}: no reply within timeout={self.timeout:g}s") from None
@@ -145,6 +155,7 @@ class RemoteEnv(Env):
                     ) from None
                 if attempt == self.retries:
                     raise RemoteEnvError(f"{path}: cannot reach {self.url} ({reason})") from None
+                attempt += 1
                 time.sleep(self.retry_wait)
         try:
             reply = json.loads(raw)
