@@ -91,6 +91,9 @@ def bench_env_level(episodes: int) -> None:
         )
 
 
+REPEATS = {"cube2x2": 2, "game_2048": 2, "game_2048_small": 4}
+
+
 def bench_agent_loop(n: int) -> None:
     from ragen.agent.evaluate import evaluate
     from ragen.agent.rollout import RolloutConfig
@@ -104,9 +107,21 @@ def bench_agent_loop(n: int) -> None:
         config = RolloutConfig(
             max_turns=turns, max_actions_per_turn=per_turn, max_actions_per_trajectory=per_traj
         )
+        # envs with few distinct initial states play each validation state several times
+        # (the validation list holds each state once: cube2x2 has 37, game_2048 60,
+        # game_2048_small 19)
+        group = REPEATS.get(name, 1)
         try:
             results = [
-                evaluate(policy, name, n=n, max_turns=turns, config=config, actions_per_turn=k)
+                evaluate(
+                    policy,
+                    name,
+                    n=n,
+                    group_size=group,
+                    max_turns=turns,
+                    config=config,
+                    actions_per_turn=k,
+                )  # fmt: skip
                 for policy, k in (("oracle", per_turn), ("random", per_turn))
             ]
         except ImportError:
@@ -162,7 +177,10 @@ def bench_served(n: int) -> None:
             ("served", "remote", {"url": url}),
         ):
             t0 = time.perf_counter()
-            m = evaluate("oracle", env, n=n, env_config=env_config, max_turns=5)
+            m = evaluate(
+                "oracle", env, n=n, group_size=REPEATS["cube2x2"], env_config=env_config,
+                max_turns=5,
+            )  # fmt: skip
             rows.append((label, m["success_rate"], m["mean_actions"], time.perf_counter() - t0))
     finally:
         process.kill()

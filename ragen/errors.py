@@ -54,6 +54,16 @@ class EnvConfigError(RagenError, TypeError):
     """An option an environment does not accept (``ragen envs`` lists each env's options)."""
 
 
+class EnvOptionError(EnvConfigError, ValueError):
+    """An environment option whose value the env cannot use (``p=1.5``, ``dim_room=[2, 2]``);
+    also a ``ValueError``, as these were before the hierarchy existed."""
+
+
+class EnvUnavailableError(RagenError, ConnectionError):
+    """An environment that cannot play: a served env whose server is unreachable, or a
+    rollout whose episodes end by env errors past ``rollout.max_env_error_share``."""
+
+
 class MissingDependencyError(RagenError, ImportError):
     """An optional dependency is not installed; the message names the pip extra."""
 
@@ -80,6 +90,8 @@ __all__ = [
     "EngineError",
     "UnknownEnvError",
     "EnvConfigError",
+    "EnvOptionError",
+    "EnvUnavailableError",
     "EnvContractError",
     "NonFiniteError",
     "RunDirError",

@@ -20,6 +20,7 @@ from ragen.agent.metrics import rollout_metrics
 from ragen.agent.policies import ModelPolicy, OraclePolicy, RandomPolicy
 from ragen.agent.rollout import RolloutConfig, run_rollout
 from ragen.envs.base import make_info
+from ragen.errors import UsageError
 
 LINE = LineEnv  # an env factory: nothing is added to the global env list
 
@@ -54,8 +55,10 @@ def test_train_seeds_advance_and_never_meet_validation_seeds():
     flat = [s for seeds in steps for s in seeds]
     assert len(set(flat)) == len(flat)  # fresh seeds every step
     assert all(0 <= s < VAL_SEED_START for s in flat)
-    val = m.validation_seeds(8)
-    assert val == m.validation_seeds(8)  # fixed
+    val = m.validation_seeds(5)  # LineEnv(length=6) has 5 distinct validation states
+    assert val == m.validation_seeds(5)  # fixed
+    with pytest.raises(UsageError, match=r"only 5 distinct validation states.*--group-size"):
+        m.validation_seeds(6)
     assert all(s >= VAL_SEED_START for s in val) and not set(val) & set(flat)
     assert m.seeds_for_step(5) == steps[5]  # pure function of the step
     assert EnvStateManager(LINE, env_groups=8, group_size=2, seed=4).seeds_for_step(0) != steps[0]
@@ -165,18 +168,29 @@ class _RejectingEnv(LineEnv):
 
     def _step(self, action):
         if action == "explode":
-            raise ValueError("unknown action")
+            raise AttributeError("'int' object has no attribute 'strip'")
         if action == "noop":
             return self.render(), 0.0, False, False, make_info(True, False, False)
         return super()._step(action)
 
 
-def test_env_rejection_counts_as_invalid():
-    policy, _ = _scripted(lambda p, c, r: "<think>x</think><answer>explode || noop</answer>")
+def test_an_env_exception_ends_the_episode_as_truncated_never_the_run(caplog):
+    """Any exception type: the episode ends (env_truncated, the reason recorded and
+    logged); more failed episodes than rollout.max_env_error_share stop the run."""
+    from ragen.errors import EnvUnavailableError
+
+    policy, _ = _scripted(lambda p, c, r: "<think>x</think><answer>noop || explode</answer>")
     m = EnvStateManager(_RejectingEnv, {"length": 30}, env_groups=1, group_size=1)
-    (t,) = run_rollout(policy, m, _config(max_turns=2), [5]).trajectories
-    assert t.num_actions == 4 and t.num_valid_actions == 2 and t.num_effective_actions == 0
-    assert t.turns[0].info["action_is_valid"] == [False, True]
+    with caplog.at_level("WARNING", logger="ragen.envs"):
+        (t,) = run_rollout(
+            policy, m, _config(max_turns=2, max_env_error_share=1.0), [5]
+        ).trajectories
+    assert t.end_reason == "env_truncated" and t.num_turns == 1 and t.num_actions == 2
+    assert t.turns[0].info["action_is_valid"] == [True, False]
+    assert t.env_error == "AttributeError: 'int' object has no attribute 'strip'"
+    assert "the episode ends truncated" in caplog.text
+    with pytest.raises(EnvUnavailableError, match=r"1 of 1 episodes .* AttributeError"):
+        run_rollout(policy, m, _config(max_turns=2), [5])
 
 
 # -- end reasons ------------------------------------------------------------------------

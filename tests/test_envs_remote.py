@@ -146,15 +146,12 @@ def test_remote_steps_run_concurrently(slow_counter):
     assert wall < 0.5 * 8 * 0.3, f"the steps were serialized ({wall:.2f}s)"
 
 
-def test_a_down_server_truncates_every_episode_and_the_rollout_goes_on(caplog):
+def test_a_down_server_stops_before_anything_plays():
+    from ragen.errors import EnvUnavailableError
+
     url = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
-    manager = EnvStateManager("remote", {"url": url, "retries": 0}, env_groups=2, group_size=2)
-    config = RolloutConfig(max_turns=3, max_actions_per_turn=1, max_actions_per_trajectory=3)
-    with caplog.at_level(logging.WARNING, logger="ragen.envs.remote"):
-        result = run_rollout(OraclePolicy(), manager, config, [0, 1])
-    assert [t.end_reason for t in result.trajectories] == ["env_truncated"] * 4
-    assert not any(t.success for t in result.trajectories)
-    assert "cannot reach" in caplog.text and "ends truncated at reset" in caplog.text
+    with pytest.raises(EnvUnavailableError, match=r"unavailable .*Connection refused"):
+        EnvStateManager("remote", {"url": url, "retries": 0}, env_groups=2, group_size=2)
 
 
 def test_a_slow_server_times_out_into_a_truncation(caplog, slow_counter):
@@ -273,10 +270,16 @@ def _start_server(*args: str) -> tuple[subprocess.Popen, str]:
 
 
 def test_a_server_killed_mid_rollout_truncates_the_open_episodes(caplog):
+    """With rollout.max_env_error_share=1 the cut episodes come back as truncated; with
+    the default (0.25) the same rollout stops with the reason (see
+    tests/test_reliability_envs.py)."""
     process, url = _start_server("cube2x2", "--set", "scramble_depth=6")
     try:
         manager = EnvStateManager("remote", {"url": url, "retries": 0}, env_groups=2, group_size=2)
-        config = RolloutConfig(max_turns=4, max_actions_per_turn=1, max_actions_per_trajectory=4)
+        config = RolloutConfig(
+            max_turns=4, max_actions_per_turn=1, max_actions_per_trajectory=4,
+            max_env_error_share=1.0,
+        )  # fmt: skip
         with caplog.at_level(logging.WARNING, logger="ragen.envs.remote"):
             result = run_rollout(_KillAfterFirstTurn(process), manager, config, [0, 1])
     finally:
@@ -287,6 +290,8 @@ def test_a_server_killed_mid_rollout_truncates_the_open_episodes(caplog):
     # the first turn was played on the live server; the second found it gone
     assert all(t.turns[0].info["action_is_valid"] == [True] for t in trajectories)
     assert all(t.end_reason == "env_truncated" and len(t.turns) == 2 for t in trajectories)
+    assert all("cannot reach" in t.env_error for t in trajectories)
+    assert result.stats["env_error_episodes"] == 4
     assert "ends truncated at step" in caplog.text
 
 

@@ -34,7 +34,15 @@ fails the check at construction (:func:`probe_append_only`) uses it from the sta
 
 End-of-sequence tail: when the last sampled id is an EOS token (e.g. ``<|im_end|>``),
 its text usually opens the template's end-of-turn glue; that prefix of the glue is
-dropped so the EOS is not duplicated. The EOS id itself stays (it was sampled).
+dropped so the EOS is not duplicated. The EOS id itself stays (it was sampled). An EOS
+the template never writes at a turn's end (``<|endoftext|>`` under ChatML) stays too,
+followed by the template's whole glue; the delta check then compares the rendering with
+the sequence's text *without* such sampled EOS tails (``_Sequence.rendered``), so the
+episode stays on ``delta`` and exact: its ids are the template's rendering plus the EOS
+ids the policy sampled, which is what a sample must hold. (Before, one such reply
+switched the episode to ``fixed_prefix`` and marked it inexact: random tiny models,
+which end a turn with ``<|endoftext|>`` now and then, showed 1-2 ``context_inexact``
+episodes of 16 per step.)
 
 Turn-close tokens: the glue after a response begins with the template's end-of-turn
 text, ``ChatFormat.turn_close`` (what the template writes after an assistant message:
@@ -275,6 +283,9 @@ class _Sequence:
     turn_ends: list[int] = field(default_factory=list)
     close: list[int] = field(default_factory=list)  # turn_close_mask
     text: str = ""  # expected decode(ids)
+    # the template's rendering of the conversation so far: ``text`` without the sampled
+    # EOS tails the template does not write (delta compares against this)
+    rendered: str = ""
     tail: str = ""  # text of a trailing sampled EOS, consumed by the next glue
     closes_turn: bool = False  # the next glue closes a trainable response
     exact: bool = True
@@ -291,8 +302,14 @@ class _Sequence:
             glue = None
             if self.mode == "delta":
                 rendered = self.fmt.render(self.messages, add_generation_prompt=True)
-                if rendered.startswith(self.text):
-                    glue = rendered[len(self.text) :]
+                if self.tail and not rendered.startswith(self.rendered):
+                    # a sampled EOS the template does not write here (<|endoftext|> under
+                    # ChatML): it stays in the ids, the template's glue follows it whole
+                    without = self.rendered[: len(self.rendered) - len(self.tail)]
+                    if rendered.startswith(without):
+                        self.rendered = without
+                if rendered.startswith(self.rendered):
+                    glue = rendered[len(self.rendered) :]
                 else:  # not append-only for this conversation: switch for good
                     self.mode, self.exact = "fixed_prefix", False
                     self.fallbacks += 1
@@ -328,6 +345,7 @@ class _Sequence:
         self.close.extend([0] * len(ids))
         self.logprobs.extend(float(x) if trainable else 0.0 for x in logprobs)
         self.text += content + self.tail
+        self.rendered += content + self.tail
         if trainable and ids:
             self.turn_ends.append(len(self.ids) - 1)
         self.closes_turn = trainable and bool(ids)
@@ -341,6 +359,7 @@ class _Sequence:
         self.close.extend([1] * n_close + [0] * (len(ids) - n_close))
         self.logprobs.extend([0.0] * len(ids))
         self.text += text
+        self.rendered += text
 
     def snapshot(self) -> tuple:
         return (
@@ -348,6 +367,7 @@ class _Sequence:
             len(self.images),
             len(self.messages),
             len(self.text),
+            self.rendered,  # the string itself: a foreign EOS tail may have been cut
             self.tail,
             self.closes_turn,
             self.mode,
@@ -361,6 +381,7 @@ class _Sequence:
             n_images,
             n_msgs,
             n_text,
+            self.rendered,
             self.tail,
             self.closes_turn,
             self.mode,

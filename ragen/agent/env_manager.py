@@ -11,7 +11,8 @@ the same room. The split is therefore on the initial STATE: an env's ``state_key
 (its canonical state right after reset) is hashed, and one state in
 :data:`HELD_OUT_EVERY` is a validation state. Training seeds (``[0, VAL_SEED_START)``,
 drawn per step and group) skip every validation state; validation seeds
-(``[VAL_SEED_START, 2 * VAL_SEED_START)``, a fixed list) keep only validation states.
+(``[VAL_SEED_START, 2 * VAL_SEED_START)``, a fixed list) keep only validation states,
+each once (two seeds that generate one room give one entry).
 No training, SFT or validation-seed draw can cross, whatever the env config. Envs whose
 ``state_key()`` is None (the bandit, gymnasium envs) are split by seed range alone.
 
@@ -26,7 +27,7 @@ from typing import Any
 
 from ragen.envs import make
 from ragen.envs.base import Env, derive_seed
-from ragen.errors import EnvConfigError, RagenError, UsageError
+from ragen.errors import EnvConfigError, EnvUnavailableError, RagenError, UsageError
 
 VAL_SEED_START = 10**9  # validation seeds start here; training seeds stay below
 HELD_OUT_EVERY = 8  # one initial state in 8 (by hash) is a validation state
@@ -111,7 +112,11 @@ class EnvStateManager:
         # a curriculum's level: training states harder than this (Env.difficulty) are
         # passed over when seeds are drawn; None draws every training state
         self.max_difficulty: float | None = None
+        # a served env whose server is not there: one clear error now, not a run whose
+        # every prompt says "(remote environment unavailable)"
+        self._probe.check_available()
         self._validation: list[int] = []  # validation seeds found so far, in order
+        self._validation_keys: set[str] = set()  # their initial states (all distinct)
         self._next_val_candidate = VAL_SEED_START
 
     @property
@@ -122,9 +127,21 @@ class EnvStateManager:
     def held_out(self, seed: int) -> bool | None:
         """Whether ``seed``'s initial state is a validation state (None: the env has no
         state split, see the module docstring)."""
-        self._probe.reset(seed)
-        key = self._probe.state_key()
+        key = self._probe_key(seed)
         return None if key is None else is_held_out(key)
+
+    def _probe_key(self, seed: int) -> str | None:
+        """``state_key()`` of ``seed``'s initial state. An env that fails to reset here
+        stops the run: without its state, no seed can be shown to be a training state."""
+        self._probe.reset(seed)
+        error = getattr(self._probe, "env_error", None)
+        if error is not None:
+            raise EnvUnavailableError(
+                f"{self.env_name}: resetting seed {seed} to split training from validation "
+                f"states failed ({error}); no seed can be checked against the held-out "
+                "states. Fix: the env (or its server), then resume the run"
+            )
+        return self._probe.state_key()
 
     def seeds_for_step(self, step: int, draw: int = 0) -> list[int]:
         """Training initial-state seeds of batch ``step``, a pure function of
@@ -188,8 +205,7 @@ class EnvStateManager:
             while len(pool) < self.train_states and misses < MAX_DRAWS:
                 seed = derive_seed("pool", self.seed, attempt) % VAL_SEED_START
                 attempt += 1
-                self._probe.reset(seed)
-                key = self._probe.state_key()
+                key = self._probe_key(seed)
                 key = f"seed:{seed}" if key is None else key
                 if key in keys or (not key.startswith("seed:") and is_held_out(key)):
                     misses += 1  # a validation state or one the pool has: draw again
@@ -213,7 +229,8 @@ class EnvStateManager:
     ) -> list[int]:
         """Validation seeds ``offset .. offset + n - 1`` of the fixed validation list: the
         seeds from ``VAL_SEED_START`` on, in order, whose initial state is a validation
-        state (every seed of the range when the env has no state split).
+        state not already in the list (distinct STATES, as in the training pool; every
+        seed of the range when the env has no state split).
 
         Finding them resets about :data:`HELD_OUT_EVERY` candidate seeds per validation
         seed, so a large ``offset`` takes a while (Sokoban 6x6: ~0.1 ms per reset, about
@@ -236,12 +253,25 @@ class EnvStateManager:
                     "--seed-offset"
                 )
             self._next_val_candidate += 1
-            if self.held_out(seed) is False:
+            key = self._probe_key(seed)
+            if key is not None and (not is_held_out(key) or key in self._validation_keys):
+                # a training state, or a validation state the list has already: two seeds
+                # can generate one room, and it must not count twice in a success rate
                 misses += 1
-                if misses >= MAX_DRAWS:
+                if misses >= MAX_DRAWS and not self._validation:
                     raise self._too_few_states("validation")
+                if misses >= MAX_DRAWS:
+                    raise UsageError(
+                        f"{self.env_name}: only {len(self._validation)} distinct validation "
+                        f"states ({MAX_DRAWS} seeds in a row gave no new one); asked for "
+                        f"{offset + n}. Fix: fewer groups (ragen eval: a smaller --n, or a "
+                        "larger --group-size, which plays each state several times; ragen "
+                        "train: a smaller trainer.val_groups), or widen the env's state space"
+                    )
                 continue
             misses = 0
+            if key is not None:
+                self._validation_keys.add(key)
             self._validation.append(seed)
         return self._validation[offset : offset + n]
 

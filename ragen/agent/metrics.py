@@ -25,6 +25,8 @@ format_error_rate        badly formatted turns / turns
 truncation_rate          fraction of episodes ended by ``max_model_len`` (end_reason
                          ``context_overflow``)
 env_truncation_rate      fraction of episodes the env truncated (``env_truncated``)
+env_error_rate           fraction of episodes ended by an env failure (an exception, a
+                         server that did not answer; ``Trajectory.env_error``)
 reward/grounding         mean over turns of the reasoning scores (present only when the
 reward/world_model       reply format and env produce them; malformed turns count 0;
 reward/consistency       ``ragen.agent.reasoning_rewards``), rewarded or not
@@ -126,6 +128,8 @@ def rollout_metrics(
         "truncation_rate": _mean([float(h.end_reason == "context_overflow") for h in heads]),
         # episodes the env truncated (a hidden step limit, gymnasium's TimeLimit)
         "env_truncation_rate": _mean([float(h.end_reason == "env_truncated") for h in heads]),
+        # of those, the episodes a failure of the env cut (rollout.max_env_error_share)
+        "env_error_rate": _mean([float(h.env_error is not None) for h in heads]),
     }
     out.update(_reasoning_metrics(heads))
     if token_turns:

@@ -19,10 +19,18 @@ An episode ends, and its trajectories record why (``Trajectory.end_reason``), wh
 env terminates (``terminated``; also a single-turn env's one response) or truncates
 (``env_truncated``), the trajectory action budget is spent (``action_budget``), the
 next prompt does not fit (``context_overflow``), or after ``max_turns`` (``turn_limit``).
+
+An env that fails (an exception in its step or reset, a served env whose server does not
+answer) ends that episode as ``env_truncated`` with ``Trajectory.env_error`` saying why;
+an episode whose reset failed ends before its first turn (no tokens, nothing to train
+on). When more than ``max_env_error_share`` of the batch's episodes end that way the
+rollout raises :class:`~ragen.errors.EnvUnavailableError`: a run stops with the reason
+instead of training on episodes of a broken env.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass, field, fields
@@ -83,6 +91,10 @@ class RolloutConfig:
     seed: int = 0  # sampling seed of this rollout (the trainer sets it per rollout)
     template_strategy: str = "auto"  # auto | delta | fixed_prefix (see ragen.agent.context)
     prompt_style: str = "full"  # full: env rules in the system prompt; compact: actions + format
+    # the share of a batch's episodes that may end by an env failure (an exception, a
+    # server that does not answer) before the rollout stops the run with an error; 0 =
+    # any failure stops it, 1 = never stop (the failed episodes are cut as truncated)
+    max_env_error_share: float = 0.25
 
     def validate(self, prefix: str = "rollout.") -> None:
         """Raise :class:`~ragen.errors.ConfigError` naming ``<prefix><key>``, the problem
@@ -140,6 +152,11 @@ class RolloutConfig:
             )
         if not self.separator or not self.separator.strip():
             raise ConfigError(f"{prefix}separator: must be a visible string. Fix: e.g. '||'")
+        if not 0 <= self.max_env_error_share <= 1:  # also NaN
+            raise ConfigError(
+                f"{prefix}max_env_error_share: must be in [0, 1], got "
+                f"{self.max_env_error_share}. Fix: 0.25 (default); 1 never stops the run"
+            )
         if self.temperature < 0:
             raise ConfigError(
                 f"{prefix}temperature: must be >= 0, got {self.temperature}. Fix: 0 is greedy"
@@ -222,6 +239,7 @@ class _Episode:
     # the pictures the policy was shown this turn (a visual env, a policy with a
     # tokenizer); the turn record keeps them as PNG so the viewer shows what it saw
     pictures: list | None = None
+    env_error: str | None = None  # why the env failed, when it did (Env.env_error)
 
     @property
     def done(self) -> bool:
@@ -286,8 +304,8 @@ def run_rollout(
         for ep in episodes:
             if ep.done:
                 continue
-            if ep.turns and manager.envs[ep.index].done:  # ended outside a step (a remote
-                _end_after_last_turn(ep, "env_truncated")  # env whose server failed)
+            if manager.envs[ep.index].done:  # ended outside a step: a failed reset (an env
+                _end_after_last_turn(ep, "env_truncated")  # bug, a server that is down)
                 continue
             request = _open_turn(ep, manager, config, turn, max_model_len)
             if request is not None:
@@ -325,6 +343,9 @@ def run_rollout(
         if not ep.done:  # still going after the last allowed turn
             _end_after_last_turn(ep, "turn_limit")
 
+    for ep in episodes:
+        ep.env_error = getattr(manager.envs[ep.index], "env_error", None)
+    _check_env_errors(episodes, config)
     trajectories = [t for ep in episodes for t in _build_trajectories(ep, manager, policy)]
     wall = time.perf_counter() - tic
     stats.update(
@@ -338,8 +359,25 @@ def run_rollout(
         ),
         context_fallbacks=float(sum(ep.ctx.num_fallbacks for ep in episodes if ep.ctx)),
         context_inexact=float(sum(not t.context_exact for t in trajectories if t.input_ids)),
+        env_error_episodes=float(sum(ep.env_error is not None for ep in episodes)),
     )
     return RolloutResult(trajectories, stats)
+
+
+def _check_env_errors(episodes: list[_Episode], config: RolloutConfig) -> None:
+    """Raise :class:`EnvUnavailableError` when more than ``max_env_error_share`` of the
+    episodes ended by an env failure: their data says nothing about the policy."""
+    failed = [ep for ep in episodes if ep.env_error is not None]
+    if not failed or len(failed) <= config.max_env_error_share * len(episodes):
+        return
+    from ragen.errors import EnvUnavailableError
+
+    raise EnvUnavailableError(
+        f"{len(failed)} of {len(episodes)} episodes ended because the environment failed "
+        f"(more than rollout.max_env_error_share={config.max_env_error_share:g}); the "
+        f"first (seed {failed[0].seed}): {failed[0].env_error}. Fix: the env or its "
+        "server; a higher rollout.max_env_error_share tolerates more failed episodes"
+    )
 
 
 # -- one turn ------------------------------------------------------------------------
@@ -630,30 +668,38 @@ def _cut_at_stop(text: str, finish_reason: str) -> str:
     return text
 
 
-_REJECTED = (ValueError, KeyError, IndexError, TypeError)
+log = logging.getLogger(__name__)
 
 
 def _safe_step(env: Any, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-    """``env.step`` (``(obs, reward, terminated, truncated, info)``) that turns an env's
-    rejection (an exception) into an invalid action, which leaves the episode as it was."""
+    """``env.step`` (``(obs, reward, terminated, truncated, info)``) that turns any
+    exception of the env into the end of its episode (truncated, the reason in
+    ``info["env_error"]``), never the end of the run. ``Env.step`` already does so for
+    exceptions in ``_step``; this covers envs that override ``step`` itself."""
     try:
         return check_step_result(env.step(action), f"{type(env).__name__}.step")
     except StepResultError:
-        raise  # a broken env contract is a bug to fix, not an invalid action
-    except _REJECTED as err:  # the contract says envs never raise; be robust anyway
-        obs = env.render("text")
-        return (
-            obs,
-            0.0,
-            bool(getattr(env, "terminated", False)),
-            bool(getattr(env, "truncated", False)),
-            {
-                "action_is_valid": False,
-                "action_is_effective": False,
-                "success": False,
-                "error": f"{type(err).__name__}: {err}",
-            },
+        raise  # a broken env contract is a bug to fix, not an episode to cut
+    except Exception as err:  # noqa: BLE001 - any env failure ends only its episode
+        reason = f"{type(err).__name__}: {err}"
+        log.warning(
+            "env %s: step raised %s; the episode ends truncated", type(env).__name__, reason
         )
+        try:  # mark the env, so the rollout counts the episode as failed
+            env.env_error, env.truncated = reason, True
+        except AttributeError:
+            pass
+        try:
+            obs = str(env.render("text"))
+        except Exception:  # noqa: BLE001 - a broken env may not render either
+            obs = f"(the environment failed: {reason})"
+        info = {
+            "action_is_valid": False,
+            "action_is_effective": False,
+            "success": False,
+            "env_error": reason,
+        }
+        return obs, 0.0, bool(getattr(env, "terminated", False)), True, info
 
 
 # -- trajectories ----------------------------------------------------------------------
@@ -673,6 +719,7 @@ def _build_trajectories(ep: _Episode, manager: EnvStateManager, policy: Policy) 
         num_effective_actions=ep.num_effective,
         num_format_errors=ep.num_format_errors,
         end_reason=ep.end_reason,
+        env_error=ep.env_error,
         turns=ep.turns,
         source=policy.name,
     )

@@ -90,6 +90,9 @@ class Trajectory:
     num_effective_actions: int = 0
     num_format_errors: int = 0
     end_reason: str = "terminated"  # why the episode ended, one of END_REASONS
+    # why the env failed, when the episode ended by an env failure (an exception, a
+    # server that did not answer; end_reason "env_truncated"); None otherwise
+    env_error: str | None = None
     turns: list[TurnRecord] = field(default_factory=list)  # the whole episode's turns
     # --- provenance -----------------------------------------------------------------
     source: str = ""  # policy that played it: "model", "oracle", "random", "chat"

@@ -8,7 +8,8 @@ one submodule that defines it:
   utils       masked_mean / masked_var / masked_whiten
   groups      group ids (index), per-group statistics, group_reward_std (episodes)
   scan        packing of response tokens and the blocked discounted scan behind GAE
-  gae         compute_gae, compute_masked_gae, compute_bi_level_gae, compute_turn_gae
+  gae         compute_gae, compute_masked_gae, compute_bi_level_gae,
+              compute_vagen_bi_level_gae, compute_turn_gae
   outcome     compute_grpo, compute_drgrpo, compute_rloo, compute_reinforce_plus_plus
   registry    get_advantage_estimator / register_advantage_estimator / needs_critic ...
   normalize   normalize_scores (ARPO / BRPO / GRPO score normalization)
@@ -24,6 +25,7 @@ from ragen.algo.gae import (
     compute_gae,
     compute_masked_gae,
     compute_turn_gae,
+    compute_vagen_bi_level_gae,
 )
 from ragen.algo.groups import as_group_ids, group_reward_std, group_stats
 from ragen.algo.kl import KL_KINDS, apply_kl_to_rewards, kl_penalty
@@ -58,6 +60,7 @@ __all__ = [
     "compute_gae",
     "compute_masked_gae",
     "compute_bi_level_gae",
+    "compute_vagen_bi_level_gae",
     "compute_turn_gae",
     "compute_grpo",
     "compute_drgrpo",

@@ -29,7 +29,13 @@ from ragen.algo.registry import register_advantage_estimator
 from ragen.algo.scan import discounted_reverse_cumsum, pack_by_mask, shift_left, turn_grid
 from ragen.algo.utils import as_bool_mask, check_fraction, check_same_shape, check_tensor
 
-__all__ = ["compute_gae", "compute_masked_gae", "compute_bi_level_gae", "compute_turn_gae"]
+__all__ = [
+    "compute_gae",
+    "compute_masked_gae",
+    "compute_bi_level_gae",
+    "compute_vagen_bi_level_gae",
+    "compute_turn_gae",
+]
 
 
 def _check_inputs(
@@ -180,12 +186,15 @@ def _turn_level(
     gamma_turn: float,
     lam_turn: float,
     bootstrap_value: Tensor | None,
+    end_reward_only: bool = False,
 ):
     """Shared first stage of bi-level and turn GAE, in the per-turn grid ``(B, K + 1, Lt)``.
 
-    Returns (grid, v (B, K + 1, Lt), A_turn (B, K + 1), V_turn (B, K + 1)); row K is empty
-    and holds zeros (it supplies V_K = A_K = 0). The bootstrap value enters the TD error
-    of each row's last turn.
+    Returns (grid, r, v (B, K + 1, Lt), A_turn (B, K + 1), V_turn (B, K + 1)); row K is
+    empty and holds zeros (it supplies V_K = A_K = 0). The bootstrap value enters the TD
+    error of each row's last turn. The turn reward R_k is the sum of the turn's token
+    rewards, or with ``end_reward_only`` the reward on its turn-end token alone (VAGEN:
+    the other tokens' rewards stay in the token-level recursion).
     """
     rewards, values, mask = _check_inputs(token_level_rewards, values, response_mask)
     ends = as_bool_mask("turn_end_mask", turn_end_mask, rewards.shape)
@@ -197,15 +206,18 @@ def _turn_level(
     grid = turn_grid(mask, ends)
     r = grid.view(grid.packing.pack(rewards))  # (B, K + 1, Lt); row K is empty
     v = grid.view(grid.packing.pack(values))
-    turn_reward = r.sum(-1)  # R_k: all rewards of turn k, attributed to its end
     last = (grid.lengths - 1).clamp_min(0).unsqueeze(-1)
+    if end_reward_only:
+        turn_reward = r.gather(-1, last).squeeze(-1)  # R_k: the turn-end token's reward
+    else:
+        turn_reward = r.sum(-1)  # R_k: all rewards of turn k, attributed to its end
     turn_value = v.gather(-1, last).squeeze(-1)  # V_k at the turn end; 0 for absent turns
     delta = turn_reward + gamma_turn * shift_left(turn_value) - turn_value  # V_K = 0
     bootstrap = _check_bootstrap(bootstrap_value, rewards)
     if bootstrap is not None:  # V after a row's last turn (turns 0..n_b - 1 are non-empty)
         _add_to_last(delta, (grid.lengths > 0).sum(-1), gamma_turn * bootstrap)
     turn_adv = discounted_reverse_cumsum(delta, gamma_turn * lam_turn)  # A_k, (B, K + 1)
-    return grid, v, turn_adv, turn_value
+    return grid, r, v, turn_adv, turn_value
 
 
 @register_advantage_estimator("bi_level_gae")
@@ -221,12 +233,15 @@ def compute_bi_level_gae(
     lam_token: float = 1.0,
     bootstrap_value: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Bi-level GAE (VAGEN's TRICO): GAE across turns, then GAE inside each turn.
+    """Bi-level GAE (TRICO, our variant): GAE across turns, then GAE inside each turn.
 
     Turn k = the response tokens after turn end k-1 up to turn end k. Its reward R_k is
-    the sum of its tokens' rewards, and it is represented by the value at its turn-end
-    token, V_k (the only token of the turn whose value has seen the whole action; it is
-    also where VAGEN places turn rewards).
+    the sum of ALL its tokens' rewards (a reward inside a turn, such as a per-token KL
+    penalty, is folded into the turn's), and it is represented by the value at its
+    turn-end token, V_k (where VAGEN reads it too, and places turn rewards; V_k is the
+    critic's value of the prefix before that token). ``compute_vagen_bi_level_gae`` keeps
+    the in-turn rewards in the token-level recursion instead, as VAGEN does; both agree
+    when rewards sit on turn ends only.
 
     Turn level, k = K-1..0 (V_K = ``bootstrap_value``, the value of the state after
     the last turn; 0 when None):
@@ -243,18 +258,80 @@ def compute_bi_level_gae(
 
     Shapes: all ``(B, T)`` -> ``(advantages, returns)`` ``(B, T)`` float32, 0 off-response.
     """
+    return _bi_level(
+        token_level_rewards, values, response_mask, turn_end_mask, gamma_turn, lam_turn,
+        gamma_token, lam_token, bootstrap_value, in_turn_rewards=False,
+    )  # fmt: skip
+
+
+@register_advantage_estimator("vagen_bi_level_gae")
+@torch.no_grad()
+def compute_vagen_bi_level_gae(
+    token_level_rewards: Tensor,
+    values: Tensor,
+    response_mask: Tensor,
+    turn_end_mask: Tensor,
+    gamma_turn: float = 0.95,
+    lam_turn: float = 1.0,
+    gamma_token: float = 1.0,
+    lam_token: float = 1.0,
+    bootstrap_value: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Bi-level GAE exactly as VAGEN computes it (its ``bi_level_gae`` estimator).
+
+    The one difference to ``compute_bi_level_gae`` is where rewards inside a turn go
+    (with KL in the reward every token carries one):
+
+    * turn level: R_k is the reward on turn k's END token only (its env reward plus that
+      token's own KL penalty); V_k the value at the turn end;
+            delta_k = R_k + gamma_turn * V_{k+1} - V_k
+            A_k     = delta_k + gamma_turn * lam_turn * A_{k+1}
+    * token level: the turn-end token gets A_k; each earlier token t of the turn keeps
+      its own reward r_t in the recursion:
+            delta_t = r_t + gamma_token * V_{t+1} - V_t
+            A_t     = delta_t + gamma_token * lam_token * A_{t+1}
+
+    VAGEN shares one lambda between the levels (``lam_turn = lam_token``) and whitens
+    the advantages inside the estimator; here whitening is the trainer's
+    ``algo.whiten_advantages`` (the ``vagen`` preset turns it on), which computes the same
+    masked whitening over the response tokens. Returns R_t = A_t + V_t (before
+    whitening, as in VAGEN). ``bootstrap_value`` enters the last turn's TD error as in
+    ``compute_bi_level_gae`` (VAGEN has none: leave it None to match it everywhere).
+
+    Shapes: all ``(B, T)`` -> ``(advantages, returns)`` ``(B, T)`` float32, 0 off-response.
+    """
+    return _bi_level(
+        token_level_rewards, values, response_mask, turn_end_mask, gamma_turn, lam_turn,
+        gamma_token, lam_token, bootstrap_value, in_turn_rewards=True,
+    )  # fmt: skip
+
+
+def _bi_level(
+    token_level_rewards: Tensor,
+    values: Tensor,
+    response_mask: Tensor,
+    turn_end_mask: Tensor,
+    gamma_turn: float,
+    lam_turn: float,
+    gamma_token: float,
+    lam_token: float,
+    bootstrap_value: Tensor | None,
+    in_turn_rewards: bool,
+) -> tuple[Tensor, Tensor]:
+    """The two bi-level estimators; ``in_turn_rewards``: VAGEN's placement of rewards
+    inside a turn (token level) instead of ours (folded into the turn reward)."""
     gamma_turn = check_fraction("gamma_turn", gamma_turn)
     lam_turn = check_fraction("lam_turn", lam_turn)
     gamma_token = check_fraction("gamma_token", gamma_token)
     lam_token = check_fraction("lam_token", lam_token)
-    grid, v, turn_adv, _ = _turn_level(
+    grid, r, v, turn_adv, _ = _turn_level(
         token_level_rewards, values, response_mask, turn_end_mask, gamma_turn, lam_turn,
-        bootstrap_value,
+        bootstrap_value, end_reward_only=in_turn_rewards,
     )  # fmt: skip
     # Token level: seed A_k at the turn end. Each turn is its own row, so the scan cannot
-    # leak across turns; cells past a turn's end hold V = 0, hence delta = 0 there.
-    delta = v.neg()
-    delta[..., :-1].add_(v[..., 1:], alpha=gamma_token)  # gamma_token V_{t+1} - V_t
+    # leak across turns; cells past a turn's end hold V = 0 (and r = 0), hence delta = 0.
+    delta = r.sub(v) if in_turn_rewards else v.neg()  # (r_t) - V_t
+    delta[..., :-1].add_(v[..., 1:], alpha=gamma_token)  # + gamma_token V_{t+1}
     # The turn-end cell holds A_k. Absent turns write their A_k = 0 into cell 0.
     last = (grid.lengths - 1).clamp_min(0).unsqueeze(-1)
     delta.scatter_(-1, last, turn_adv.unsqueeze(-1))
@@ -285,7 +362,7 @@ def compute_turn_gae(
     """
     gamma_turn = check_fraction("gamma_turn", gamma_turn)
     lam_turn = check_fraction("lam_turn", lam_turn)
-    grid, v, turn_adv, turn_value = _turn_level(
+    grid, _, v, turn_adv, turn_value = _turn_level(
         token_level_rewards, values, response_mask, turn_end_mask, gamma_turn, lam_turn,
         bootstrap_value,
     )  # fmt: skip

@@ -99,7 +99,7 @@ register("cube2x2", _CUBE, "2x2 Rubik's cube scrambled by 3 turns; restore one c
 register(
     "cube2x2_hard",
     _CUBE,
-    "2x2 Rubik's cube scrambled by 11 turns (up to the 11-turn diameter)",
+    "2x2 Rubik's cube scrambled by 11 turns (optimal solutions of 5-10 moves)",
     scramble_depth=11,
     max_steps=30,
 )

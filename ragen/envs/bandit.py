@@ -23,6 +23,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ragen.errors import EnvOptionError
+
 from .base import Env, StepResult, derive_seed, make_info
 
 #: (safe-sounding, risky-sounding) name pairs
@@ -67,19 +69,19 @@ class BanditEnv(Env):
         super().__init__()
         if isinstance(arm_pairs, str):
             if arm_pairs not in PAIR_SETS:
-                raise ValueError(
+                raise EnvOptionError(
                     f"arm_pairs={arm_pairs!r}; use {' or '.join(map(repr, PAIR_SETS))} or a list "
                     "of (safe_name, risky_name) pairs"
                 )
             arm_pairs = PAIR_SETS[arm_pairs]
         pairs = [tuple(str(n) for n in pair) for pair in arm_pairs]
         if not pairs or any(len(p) != 2 for p in pairs):
-            raise ValueError("arm_pairs must be a non-empty list of (safe_name, risky_name)")
+            raise EnvOptionError("arm_pairs must be a non-empty list of (safe_name, risky_name)")
         for a, b in pairs:
             if a.lower() == b.lower() or not a.strip() or not b.strip():
-                raise ValueError(f"arm pair {(a, b)} needs two different, non-empty names")
+                raise EnvOptionError(f"arm pair {(a, b)} needs two different, non-empty names")
         if not 0.0 <= high_prob <= 1.0:
-            raise ValueError(f"high_prob={high_prob} must be a probability in [0, 1]")
+            raise EnvOptionError(f"high_prob={high_prob} must be a probability in [0, 1]")
         self.arm_pairs = pairs
         self.reversed_semantics = bool(reversed_semantics)
         self.low_payout = float(low_payout)

@@ -30,7 +30,14 @@ Rules of the contract (checked by ``ragen.envs.checker.check_env``):
   trajectory gets its own ``rng_seed`` so members of a group that share an
   initial state still draw their own outcomes (``reset(seed, rng_seed=...)``).
 * An invalid action leaves the state unchanged, sets ``action_is_valid`` False and
-  neither end flag. No action string can raise.
+  neither end flag. No action string can raise. An action longer than
+  :data:`MAX_ACTION_CHARS` is invalid without reaching ``_step`` (locally and served
+  alike: a served env's request then always fits the server's body limit).
+* An exception inside ``_step`` (or ``_reset``) is a bug of the env, not of the agent:
+  ``step`` ends that episode as *truncated*, with the reason in ``info["env_error"]``
+  and ``env.env_error`` and a logged warning (logger ``ragen.envs``), and the run goes
+  on; the rollout counts such episodes (``rollout.max_env_error_share``). A
+  :class:`~ragen.errors.RagenError` from ``_reset`` (a bad option) still propagates.
 * After the episode ended, ``step`` changes nothing and repeats the end flags.
 * Action strings are matched case- and whitespace-insensitively
   (see :func:`normalize_action`).
@@ -38,13 +45,14 @@ Rules of the contract (checked by ``ragen.envs.checker.check_env``):
 
 from __future__ import annotations
 
+import logging
 import random
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 import numpy as np
 
-from ragen.errors import EnvContractError
+from ragen.errors import EnvContractError, RagenError
 
 from .facts import Fact
 
@@ -52,6 +60,18 @@ from .facts import Fact
 StepResult = tuple[str, float, bool, bool, dict[str, Any]]
 
 _STEP_FIELDS = "(obs, reward, terminated, truncated, info)"
+
+#: actions longer than this are invalid before they reach an env: no env's action is
+#: this long, and a served env's request (JSON, up to 12 bytes a character) stays under
+#: the server's 1 MiB body limit, so local and remote envs answer the same
+MAX_ACTION_CHARS = 65_536
+
+#: the most digits a number in an action may have: a longer one makes the action invalid.
+#: Far above any board or guess, far below the 4300 digits past which Python refuses
+#: ``int(text)`` (``sys.get_int_max_str_digits``) with a ValueError
+MAX_NUMBER_DIGITS = 64
+
+log = logging.getLogger("ragen.envs")
 
 
 class StepResultError(EnvContractError, TypeError):
@@ -77,6 +97,15 @@ def check_step_result(result: object, where: str) -> StepResult:
 def normalize_action(action: str) -> str:
     """Canonical form used to match action strings: lower case, single spaces."""
     return " ".join(str(action).lower().split())
+
+
+def parse_int(digits: str) -> int | None:
+    """``int(digits)`` for a number an action may hold, or None when it has more than
+    :data:`MAX_NUMBER_DIGITS` digits (an invalid action, never a ValueError)."""
+    digits = digits.strip()
+    if len(digits.lstrip("+-").lstrip("0")) > MAX_NUMBER_DIGITS:
+        return None
+    return int(digits)
 
 
 def make_info(valid: bool, effective: bool, success: bool, **extra: Any) -> dict[str, Any]:
@@ -119,6 +148,9 @@ class Env(ABC):
         self.terminated = False  # the episode reached a terminal state
         self.truncated = False  # the env cut the episode (see the module docstring)
         self.success = False
+        # why the current episode ended by an env failure (an exception, a server that
+        # did not answer); None while it plays normally
+        self.env_error: str | None = None
 
     # -- the contract -----------------------------------------------------------------
     def reset(self, seed: int, rng_seed: int | None = None) -> str:
@@ -133,7 +165,14 @@ class Env(ABC):
         self.rng = random.Random(derive_seed("dynamics", seed if rng_seed is None else rng_seed))
         self.terminated = self.truncated = False
         self.success = False
-        self._reset(seed)
+        self.env_error = None
+        try:
+            self._reset(seed)
+        except RagenError:
+            raise  # a bad option or a missing dependency: the user's to fix, not the episode's
+        except Exception as err:  # noqa: BLE001 - any bug of the env ends only this episode
+            self._end_by_error("reset", err)
+            return f"(the environment failed: {self.env_error})"
         return self.render("text")
 
     @property
@@ -146,8 +185,18 @@ class Env(ABC):
         module docstring. After the end it changes nothing and repeats the end flags."""
         if self.done:
             info = make_info(False, False, self.success)
-            return self.render("text"), 0.0, self.terminated, self.truncated, info
-        result = self._step(normalize_action(action))
+            return self._text_or_error(), 0.0, self.terminated, self.truncated, info
+        action = str(action)
+        if len(action) > MAX_ACTION_CHARS:
+            reason = f"the action has {len(action)} characters; at most {MAX_ACTION_CHARS}"
+            info = make_info(False, False, False, reason=reason)
+            return self.render("text"), 0.0, False, False, info
+        try:
+            result = self._step(normalize_action(action))
+        except Exception as err:  # noqa: BLE001 - any bug of the env ends only this episode
+            self._end_by_error("step", err)
+            info = make_info(False, False, self.success, env_error=self.env_error)
+            return self._text_or_error(), 0.0, self.terminated, True, info
         obs, reward, terminated, truncated, info = check_step_result(
             result, f"{type(self).__name__}._step"
         )
@@ -239,8 +288,37 @@ class Env(ABC):
         envs whose state holds more than the text shows (step counters) override it."""
         return (self.render("text"), self.terminated, self.truncated, self.success)
 
+    def check_available(self) -> None:  # noqa: B027 - an optional hook, a no-op by default
+        """Raise :class:`~ragen.errors.EnvUnavailableError` when the env cannot play at
+        all (a served env whose server is unreachable). The env manager calls it once,
+        before a run, an eval or an SFT job plays anything: fail fast, never train on
+        episodes that could not start."""
+
     def close(self) -> None:  # noqa: B027 - an optional hook, a no-op by default
         """Release resources (most envs hold none)."""
+
+    # -- env failures ------------------------------------------------------------------
+    def _end_by_error(self, where: str, err: BaseException) -> None:
+        """End the episode as truncated because the env itself failed (an exception in
+        ``where``): the reason goes to ``env_error`` and the log."""
+        self.env_error = f"{type(err).__name__}: {err}"
+        self.truncated = True
+        log.warning(
+            "env %s (seed %s): %s raised %s; the episode ends truncated",
+            self.name or type(self).__name__,
+            self.seed,
+            where,
+            self.env_error,
+        )
+
+    def _text_or_error(self) -> str:
+        """The text observation, or the failure when the env cannot render after it."""
+        if self.env_error is not None:
+            try:
+                return str(self.render("text"))
+            except Exception:  # noqa: BLE001 - a failed env may not render any more
+                return f"(the environment failed: {self.env_error})"
+        return self.render("text")
 
     # -- helpers for subclasses ---------------------------------------------------------
     def _unsupported_mode(self, mode: str, supported: tuple[str, ...] = ("text",)) -> ValueError:

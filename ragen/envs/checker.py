@@ -16,8 +16,11 @@ Checks, for each seed:
    ``action_is_effective`` and ``success``; episodes of random valid actions run to the
    end (or a step cap) without raising. Both flags True at once is allowed (gymnasium
    allows it; consumers read it as terminated);
-4. random garbage strings never raise, and whenever one is reported invalid the
-   state is unchanged and neither end flag is set;
+4. random garbage strings never raise (an exception that ``Env.step`` caught and turned
+   into ``info["env_error"]`` is reported as the failure it is), and whenever one is
+   reported invalid the state is unchanged and neither end flag is set; the garbage
+   includes numbers longer than Python's 4300-digit ``int()`` limit, alone and inside
+   well-formed actions (``"1 1 " + "9" * 4301``);
 5. with the same ``seed`` and ``rng_seed`` the same actions give the same trajectory;
 6. every name in ``action_names`` and the ``oracle_action`` are accepted as valid;
 7. ``render("rgb")``, where supported, is an ``(H, W, 3)`` uint8 array;
@@ -43,6 +46,7 @@ from .base import Env, StepResultError, check_step_result
 
 REQUIRED_INFO_KEYS = ("action_is_valid", "action_is_effective", "success")
 _GARBAGE_ALPHABET = "abcdefghijklmnopqrstuvwxyz ABCXYZ0123456789+-*/()<>|=_.,;:!?\t\n'\"#@$√é漢😀"
+_LONG = "9" * 4301  # one digit past Python's limit for int(str) (a ValueError)
 _FIXED_GARBAGE = (
     "",
     " ",
@@ -53,7 +57,27 @@ _FIXED_GARBAGE = (
     "9" * 300,
     "(" * 200,
     "x" * 5000,
+    _LONG,
+    "-" + _LONG,
+    f"[{_LONG}]",
+    f"1 1 {_LONG}",
+    f"1 2 3 {_LONG}",
+    f"({_LONG}, 1) 2",
+    f"{_LONG} + 1",
 )
+
+
+def _long_numbers(rng: random.Random, n: int) -> list[str]:
+    """``n`` strings of a few numbers, one of them 4300-5000 digits long, between the
+    separators actions use: a parser that calls ``int()`` on what it matched raises."""
+    out = []
+    for _ in range(n):
+        parts = [str(rng.randint(0, 9)) for _ in range(rng.randint(1, 4))]
+        parts.insert(
+            rng.randrange(len(parts) + 1), str(rng.randint(1, 9)) * rng.randint(4300, 5000)
+        )
+        out.append(rng.choice([" ", ",", ", ", " || "]).join(parts))
+    return out
 
 
 class EnvCheckError(EnvContractError):
@@ -95,6 +119,8 @@ def check_env(
 
 def _check_reset(env: Env, seed: int) -> None:
     obs = env.reset(seed)
+    if getattr(env, "env_error", None) is not None:
+        raise _fail(env, f"reset({seed}) raised {env.env_error}")
     if not isinstance(obs, str):
         raise _fail(env, f"reset must return a str, got {type(obs).__name__}")
     if obs != env.render("text"):
@@ -136,10 +162,14 @@ def _check_valid_names(env: Env, seed: int) -> None:
 
 def _check_garbage(env: Env, seed: int, rng: random.Random, fuzz: int) -> None:
     env.reset(seed)
-    strings = list(_FIXED_GARBAGE) + [
-        "".join(rng.choice(_GARBAGE_ALPHABET) for _ in range(rng.randint(1, 30)))
-        for _ in range(fuzz)
-    ]
+    strings = (
+        list(_FIXED_GARBAGE)
+        + [
+            "".join(rng.choice(_GARBAGE_ALPHABET) for _ in range(rng.randint(1, 30)))
+            for _ in range(fuzz)
+        ]
+        + _long_numbers(rng, max(3, fuzz // 5))
+    )
     for text in strings:
         if env.done:
             env.reset(seed)
@@ -276,6 +306,8 @@ def _checked_step(env: Env, action: str) -> tuple[str, float, bool, bool, dict]:
     except StepResultError as err:
         raise _fail(env, str(err)) from err
     obs, reward, terminated, truncated, info = result
+    if isinstance(info, dict) and info.get("env_error"):  # Env.step caught an exception
+        raise _fail(env, f"step({action[:40]!r}) raised {info['env_error']}")
     if not isinstance(obs, str):
         raise _fail(env, f"observation must be a str, got {type(obs).__name__}")
     if not isinstance(reward, float) or not math.isfinite(reward):

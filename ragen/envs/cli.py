@@ -78,6 +78,32 @@ def add_parser(subparsers: Any) -> None:
         "--max-episodes", type=int, default=4096, help="episodes held at once (LRU eviction)"
     )
     serve.add_argument("--quiet", action="store_true", help="do not log every request")
+    serve.add_argument(
+        "--token",
+        default=None,
+        help="require 'Authorization: Bearer TOKEN' on every request (default: the "
+        "RAGEN_ENV_TOKEN environment variable; clients read the same variable); use one "
+        "whenever --host is not a loopback address",
+    )
+    serve.add_argument(
+        "--read-timeout",
+        type=float,
+        default=30.0,
+        help="seconds a connection may take to send a request before it is closed",
+    )
+    serve.add_argument(
+        "--max-threads",
+        type=int,
+        default=128,
+        help="requests served at once; more are answered 503 (busy) at once",
+    )
+    serve.add_argument(
+        "--episode-timeout",
+        type=float,
+        default=3600.0,
+        help="seconds an episode may sit unused before it is dropped (a client that died "
+        "without closing it)",
+    )
     serve.set_defaults(func=cmd_serve_env)
 
 
@@ -148,7 +174,18 @@ def cmd_serve_env(args: argparse.Namespace) -> int:
     config = parse_overrides(args.overrides)
     make_from_cli(args.env, config).close()  # a bad option: one line, before binding
     try:
-        serve(args.env, config, args.host, args.port, args.max_episodes, quiet=args.quiet)
+        serve(
+            args.env,
+            config,
+            args.host,
+            args.port,
+            args.max_episodes,
+            quiet=args.quiet,
+            token=args.token,
+            read_timeout=args.read_timeout,
+            max_threads=args.max_threads,
+            episode_timeout=args.episode_timeout,
+        )
     except socket.gaierror as err:
         raise UsageError(
             f"--host {args.host!r} is not an address of this machine ({err.strerror}). "

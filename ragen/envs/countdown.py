@@ -27,6 +27,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from ragen.errors import EnvOptionError
+
 from .arithmetic import ExpressionError, evaluate
 from .base import Env, StepResult, derive_seed, make_info
 
@@ -111,7 +113,7 @@ def generate_puzzle(
         # skip trivial puzzles (target is one of the numbers)
         if 1 <= target <= max_target and target not in numbers:
             return numbers, target
-    raise ValueError(
+    raise EnvOptionError(
         f"no puzzle with max_target={max_target} from {min_numbers}-{max_numbers} numbers up to "
         f"max_number={max_number} in {_GENERATE_TRIES} tries; raise max_target"
     )
@@ -149,18 +151,20 @@ class CountdownEnv(Env):
     ) -> None:
         super().__init__()
         if number_use not in NUMBER_USE:
-            raise ValueError(f"number_use={number_use!r}; use one of {', '.join(NUMBER_USE)}")
+            raise EnvOptionError(f"number_use={number_use!r}; use one of {', '.join(NUMBER_USE)}")
         if not 2 <= min_numbers <= max_numbers <= 5:
-            raise ValueError(
+            raise EnvOptionError(
                 "need 2 <= min_numbers <= max_numbers <= 5 (the solver is exhaustive), got "
                 f"min_numbers={min_numbers}, max_numbers={max_numbers}"
             )
         if max_number < 1 or max_target < 1:
-            raise ValueError(f"max_number={max_number} and max_target={max_target} must be >= 1")
+            raise EnvOptionError(
+                f"max_number={max_number} and max_target={max_target} must be >= 1"
+            )
         if max_attempts < 1:
-            raise ValueError(f"max_attempts={max_attempts} must be >= 1")
+            raise EnvOptionError(f"max_attempts={max_attempts} must be >= 1")
         if (numbers is None) != (target is None):
-            raise ValueError("give both numbers and target for a fixed puzzle, or neither")
+            raise EnvOptionError("give both numbers and target for a fixed puzzle, or neither")
         self.min_numbers, self.max_numbers = int(min_numbers), int(max_numbers)
         self.max_number, self.max_target = int(max_number), int(max_target)
         self.number_use = number_use
@@ -172,7 +176,7 @@ class CountdownEnv(Env):
         if numbers is not None:
             fixed_numbers = [int(n) for n in numbers]
             if not fixed_numbers or any(n < 0 for n in fixed_numbers):
-                raise ValueError(f"numbers={list(numbers)} must be non-negative integers")
+                raise EnvOptionError(f"numbers={list(numbers)} must be non-negative integers")
             self.fixed = (fixed_numbers, int(target))  # type: ignore[arg-type]
         self.numbers, self.target = self.fixed or ([1, 2, 3], 6)
         self._solution: str | None = None

@@ -30,6 +30,8 @@ import random
 
 import numpy as np
 
+from ragen.errors import EnvOptionError
+
 from . import rgb
 from .base import Env, StepResult, derive_seed, make_info
 
@@ -222,7 +224,7 @@ class Cube2x2Env(Env):
     def __init__(self, scramble_depth: int = 3, max_steps: int = 20) -> None:
         super().__init__()
         if scramble_depth < 1 or max_steps < 1:
-            raise ValueError(
+            raise EnvOptionError(
                 f"scramble_depth={scramble_depth} and max_steps={max_steps} must be >= 1"
             )
         self.scramble_depth, self.max_steps = int(scramble_depth), int(max_steps)

@@ -33,6 +33,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ragen.errors import EnvOptionError
+
 from .base import Env, StepResult, derive_seed, make_info, normalize_action
 from .facts import (
     COORDINATE_CONVENTION,
@@ -74,13 +76,13 @@ def parse_desc(desc: Sequence[str] | str) -> tuple[str, ...]:
     """Validate a map in gymnasium notation (S start, F frozen, H hole, G goal)."""
     rows = desc.split() if isinstance(desc, str) else [str(r) for r in desc]
     if not rows or any(len(r) != len(rows[0]) for r in rows) or not rows[0]:
-        raise ValueError(f"desc must be equal-length rows of S/F/H/G, got {desc!r}")
+        raise EnvOptionError(f"desc must be equal-length rows of S/F/H/G, got {desc!r}")
     text = "".join(rows).upper()
     bad = set(text) - set("SFHG")
     if bad:
-        raise ValueError(f"desc has unknown cell(s) {sorted(bad)}; use S, F, H, G")
+        raise EnvOptionError(f"desc has unknown cell(s) {sorted(bad)}; use S, F, H, G")
     if text.count("S") != 1 or text.count("G") != 1:
-        raise ValueError(f"desc needs exactly one S and one G, got {desc!r}")
+        raise EnvOptionError(f"desc needs exactly one S and one G, got {desc!r}")
     return tuple(r.upper() for r in rows)
 
 
@@ -118,7 +120,7 @@ def generate_map(
         desc = tuple("".join(cells[r * size : (r + 1) * size]) for r in range(size))
         if has_path(desc):
             return desc
-    raise ValueError(
+    raise EnvOptionError(
         f"hole_density={hole_density} is too high for size={size}: no map with a path from "
         f"start to goal in {max_tries} tries; lower hole_density"
     )
@@ -335,18 +337,18 @@ class FrozenLakeEnv(Env):
         super().__init__()
         self.observation_format = check_observation_format(observation_format)
         if not 0.0 <= p <= 1.0:
-            raise ValueError(f"p={p} must be a probability in [0, 1]")
+            raise EnvOptionError(f"p={p} must be a probability in [0, 1]")
         if not 0.0 <= hole_density < 1.0:
-            raise ValueError(f"hole_density={hole_density} must be in [0, 1)")
+            raise EnvOptionError(f"hole_density={hole_density} must be in [0, 1)")
         if not 0.0 < oracle_gamma <= 1.0:
-            raise ValueError(
+            raise EnvOptionError(
                 f"oracle_gamma={oracle_gamma} must be in (0, 1]: 0.9 (soon and safely) or 1 "
                 "(the chance of ever reaching the goal)"
             )
         if size < 2:
-            raise ValueError(f"size={size} must be >= 2")
+            raise EnvOptionError(f"size={size} must be >= 2")
         if max_steps < 1:
-            raise ValueError(f"max_steps={max_steps} must be >= 1")
+            raise EnvOptionError(f"max_steps={max_steps} must be >= 1")
         self.size = int(size)
         self.hole_density = float(hole_density)
         self.p = float(p)

@@ -26,6 +26,8 @@ import random
 
 import numpy as np
 
+from ragen.errors import EnvOptionError
+
 from . import rgb
 from .base import Env, StepResult, derive_seed, make_info
 from .glyphs import draw_text
@@ -174,11 +176,13 @@ class Game2048Env(Env):
     ):
         super().__init__()
         if not 3 <= int(size) <= 6:
-            raise ValueError(f"size={size} must be in 3..6")
+            raise EnvOptionError(f"size={size} must be in 3..6")
         if win_tile < 8 or win_tile & (win_tile - 1):
-            raise ValueError(f"win_tile={win_tile} must be a power of two >= 8")
+            raise EnvOptionError(f"win_tile={win_tile} must be a power of two >= 8")
         if max_steps < 1 or oracle_depth < 1:
-            raise ValueError(f"max_steps={max_steps} and oracle_depth={oracle_depth} must be >= 1")
+            raise EnvOptionError(
+                f"max_steps={max_steps} and oracle_depth={oracle_depth} must be >= 1"
+            )
         self.size, self.win_tile, self.max_steps = int(size), int(win_tile), int(max_steps)
         self.win_exp = self.win_tile.bit_length() - 1
         self.reward_scale = 1.0 / self.win_tile if reward_scale is None else float(reward_scale)

@@ -3,6 +3,15 @@
     >>> env = GymEnv("FrozenLake-v1", action_names=["left", "down", "right", "up"])
     >>> print(env.reset(seed=0))
 
+**Success is defined per wrapped env** (``success``): gymnasium has no success flag,
+and the sign of the last reward does not say it (CliffWalking pays -1 on the step that
+reaches its goal). The rules: ``"terminated"`` (every termination is the goal:
+CliffWalking), ``"positive_reward"`` (terminated with a reward above
+``success_threshold``: FrozenLake's +1, Taxi's +20 drop-off), ``success_states`` (the
+observations that are goals), or a callable ``(obs, reward, terminated, info) -> bool``.
+``"auto"`` (the default) picks the rule of a known env (:data:`SUCCESS_RULES`) and, for
+any other, ``"positive_reward"`` with a logged warning asking for the env's own rule.
+
 The observation is the env's ANSI text render (``render_mode="ansi"``). Terminal
 colours carry meaning in some envs (the FrozenLake agent is a red background, the
 Taxi a yellow one), so ``ansi_styles`` maps an SGR colour code to a replacement
@@ -14,19 +23,31 @@ ragen, imported only when a ``GymEnv`` is built.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from ragen.errors import MissingDependencyError
+from ragen.errors import EnvOptionError, MissingDependencyError
 
 from .base import Env, StepResult, make_info, normalize_action
 
 _SGR = re.compile(r"\x1b\[([0-9;]*)m")
 _OTHER_ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _Q_CACHE: dict[tuple, np.ndarray] = {}  # tabular oracle values per (env id, kwargs, gamma)
+log = logging.getLogger(__name__)
+
+#: the success rule of known gymnasium envs (by id without its version), for ``"auto"``
+SUCCESS_RULES: dict[str, str] = {
+    "FrozenLake": "positive_reward",  # +1 only at the goal; a hole terminates with 0
+    "Taxi": "positive_reward",  # +20 for the drop-off that ends the episode
+    "CliffWalking": "terminated",  # -1 per step, the goal too; the cliff does not terminate
+    "CliffWalkingSlippery": "terminated",
+}
+SUCCESS_MODES = ("auto", "positive_reward", "terminated")
+_WARNED: set[str] = set()  # env ids whose "auto" success rule was a guess (warned once)
 
 
 def import_gymnasium() -> Any:
@@ -90,7 +111,13 @@ class GymEnv(Env):
             limit, e.g. its ``TimeLimit``).
         instructions: the rules text (default: a generic text listing the actions).
         ansi_styles: ``[(sgr_code, replacement), ...]``, see :func:`ansi_to_text`.
-        success_threshold: success = terminated with a step reward above this.
+        success: how to tell a success (see the module docstring): ``"auto"``,
+            ``"positive_reward"``, ``"terminated"`` or a callable
+            ``(obs, reward, terminated, info) -> bool``.
+        success_threshold: for ``"positive_reward"``: the reward a terminating step must
+            exceed.
+        success_states: observations at which a terminating step is a success (given,
+            they decide, whatever ``success`` says).
         tabular_oracle: plan with value iteration on ``env.unwrapped.P`` (toy-text envs
             with integer states), giving ``oracle_action``.
         gamma: discount of that value iteration.
@@ -109,6 +136,8 @@ class GymEnv(Env):
         success_threshold: float = 0.0,
         tabular_oracle: bool = False,
         gamma: float = 0.99,
+        success: str | Callable[..., bool] = "auto",
+        success_states: Sequence[Any] | None = None,
     ) -> None:
         super().__init__()
         gym = import_gymnasium()
@@ -118,18 +147,20 @@ class GymEnv(Env):
             raise TypeError(f"{self.env_id} has action space {space}; GymEnv needs Discrete")
         names = [normalize_action(n) for n in action_names]
         if len(names) != int(space.n) or len(set(names)) != len(names) or "" in names:
-            raise ValueError(
+            raise EnvOptionError(
                 f"action_names must be {int(space.n)} distinct names for {self.env_id}, "
                 f"got {list(action_names)}"
             )
         self._names = names
         self._index = {n: i for i, n in enumerate(names)}
         if max_steps is not None and max_steps < 1:
-            raise ValueError(f"max_steps={max_steps} must be >= 1 (or None)")
+            raise EnvOptionError(f"max_steps={max_steps} must be >= 1 (or None)")
         self.max_steps = max_steps
         self._instructions = instructions
         self.ansi_styles = [(str(code), str(rep)) for code, rep in ansi_styles]
         self.success_threshold = float(success_threshold)
+        self.success_states = None if success_states is None else list(success_states)
+        self.success_rule = _success_rule(success, self.env_id, self.success_states)
         self.gamma = float(gamma)
         self._q: np.ndarray | None = None
         if tabular_oracle and callable(env_id):
@@ -163,13 +194,23 @@ class GymEnv(Env):
         self._steps += 1
         self._text = self._render_now()
         terminated, truncated = bool(terminated), bool(truncated)  # gymnasium's, unchanged
-        success = terminated and float(reward) > self.success_threshold
+        success = self._is_success(obs, float(reward), terminated, gym_info)
         # our own limit adds truncation (its counter is not in the observation), never
         # on a terminating step
         if not terminated and self.max_steps is not None and self._steps >= self.max_steps:
             truncated = True
         info = make_info(True, effective, success, steps=self._steps)
         return self._text, float(reward), terminated, truncated, info
+
+    def _is_success(self, obs: Any, reward: float, terminated: bool, info: Any) -> bool:
+        if self.success_states is not None:
+            return terminated and any(_same(obs, goal) for goal in self.success_states)
+        rule = self.success_rule
+        if callable(rule):
+            return bool(rule(obs, reward, terminated, info))
+        if rule == "terminated":
+            return terminated
+        return terminated and reward > self.success_threshold
 
     def _render_now(self) -> str:
         return ansi_to_text(str(self._env.render()), self.ansi_styles)
@@ -223,7 +264,7 @@ def _build(gym: Any, env_id: Any, kwargs: dict[str, Any]) -> tuple[Any, str]:
         return env, getattr(getattr(env, "spec", None), "id", None) or type(env).__name__
     ids = [env_id] if isinstance(env_id, str) else list(env_id)
     if not ids:
-        raise ValueError("env_id must name at least one gymnasium environment")
+        raise EnvOptionError("env_id must name at least one gymnasium environment")
     errors = []
     for candidate in ids:
         try:
@@ -232,7 +273,34 @@ def _build(gym: Any, env_id: Any, kwargs: dict[str, Any]) -> tuple[Any, str]:
             errors.append(f"{candidate}: {err}")
             continue
         return env, candidate
-    raise ValueError(f"no usable gymnasium environment among {ids}: {'; '.join(errors)}")
+    raise EnvOptionError(f"no usable gymnasium environment among {ids}: {'; '.join(errors)}")
+
+
+def _success_rule(
+    success: str | Callable[..., bool], env_id: str, states: list[Any] | None
+) -> str | Callable[..., bool]:
+    """The success rule of ``env_id``: ``success`` itself unless it is ``"auto"``."""
+    if callable(success):
+        return success
+    if success not in SUCCESS_MODES:
+        raise EnvOptionError(
+            f"success={success!r}; use one of {', '.join(SUCCESS_MODES)}, success_states=[...] "
+            "or a callable (obs, reward, terminated, info) -> bool"
+        )
+    if success != "auto":
+        return success
+    family = str(env_id).split("-v")[0]
+    if family in SUCCESS_RULES:
+        return SUCCESS_RULES[family]
+    if states is None and env_id not in _WARNED:
+        _WARNED.add(env_id)
+        log.warning(
+            "GymEnv %s: no known success rule; success = terminated with a reward above "
+            "success_threshold. If that is not this env's goal, pass success='terminated', "
+            "success_states=[...] or a callable",
+            env_id,
+        )
+    return "positive_reward"
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -246,7 +314,7 @@ def _tabular_q(env: Any, gamma: float) -> np.ndarray:
     ``P[s][a] = [(prob, next_state, reward, terminated), ...]``)."""
     model = getattr(env.unwrapped, "P", None)
     if not isinstance(model, dict):
-        raise ValueError(
+        raise EnvOptionError(
             f"tabular_oracle needs a tabular model env.unwrapped.P; {type(env.unwrapped).__name__} "
             "has none"
         )

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ragen.errors import EnvConfigError, UnknownEnvError
+from ragen.errors import EnvConfigError, EnvOptionError, UnknownEnvError
 
 from .base import Env
 
@@ -79,7 +79,10 @@ def make(name: str, **config: Any) -> Env:
                 f"environment {name!r} got unknown config key(s) {unknown}; "
                 f"accepted keys: {', '.join(allowed)}"
             )
-    env = cls(**kwargs)
+    try:
+        env = cls(**kwargs)
+    except EnvOptionError as err:  # name the env: the option alone may be ambiguous
+        raise EnvOptionError(f"environment {name!r}: {err}") from None
     env.name = name
     return env
 

@@ -11,14 +11,24 @@ the rollout steps, all such envs of a batch from a thread pool, so one slow epis
 not serialize the others (each request is its own HTTP connection; the server answers
 in threads).
 
-**Failures never stop a run.** A server that is down, slower than ``timeout`` seconds,
-or answers with an error or with something that is not a valid reply ends the affected
-episode as *truncated* (a cut the agent did not cause; a critic bootstraps), with the
-reason in ``info["remote_error"]`` and a logged warning (logger ``ragen.envs.remote``).
-A failed reset gives an episode that is truncated from the start (its observation says
-why). Other calls degrade: no oracle action (None), no facts, potential 0. A step carries
-the client's step counter ``t``, so a retried request (``retries``, on connection errors
-only) is never applied twice.
+**A server that cannot be reached stops a run before it starts.** The env manager
+calls :meth:`RemoteEnv.check_available` once (``GET /info``) when a run, an eval or an
+SFT job builds its envs: nothing listening there is a one-line
+:class:`~ragen.errors.EnvUnavailableError`, never a run on "(remote environment
+unavailable)" prompts.
+
+**Mid-run failures end episodes, and too many of them end the run.** A server that goes
+down, is slower than ``timeout`` seconds, or answers with an error or with something that
+is not a valid reply ends the affected episode as *truncated* (a cut the agent did not
+cause; a critic bootstraps), with the reason in ``env.env_error``,
+``info["env_error"]``/``info["remote_error"]`` and a logged warning (logger
+``ragen.envs.remote``). A failed reset gives an episode that is over before its first
+turn (nothing of it is trained on). The rollout counts such episodes; more than
+``rollout.max_env_error_share`` of a batch stops the run with an ``EnvUnavailableError``.
+An exception of the served env itself ends the episode as truncated on the server
+(``Env.step``), exactly as it does locally. Other calls degrade: no oracle action (None),
+no facts, potential 0. A step carries the client's step counter ``t``, so a retried
+request (``retries``, on connection errors only) is never applied twice.
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ import http.client
 import json
 import logging
 import math
+import os
 import random
 import time
 import urllib.error
@@ -36,13 +47,15 @@ from typing import Any
 
 import numpy as np
 
-from ragen.errors import EnvConfigError
+from ragen.errors import EnvConfigError, EnvOptionError, EnvUnavailableError
 
 from .base import Env, StepResult, make_info
 from .facts import Fact
-from .server import PROTOCOL_VERSION
+from .server import PROTOCOL_VERSION, TOKEN_ENV
 
 log = logging.getLogger(__name__)
+#: attempts after a 503 (the server's request threads all busy), backing off
+BUSY_RETRIES = 8
 REQUIRED_INFO_KEYS = ("action_is_valid", "action_is_effective", "success")
 
 
@@ -57,8 +70,12 @@ class RemoteEnv(Env):
         url: the server, ``http://HOST:PORT`` (``ragen serve-env`` prints it); required.
         timeout: seconds to wait for one reply before the episode is truncated.
         retries: extra attempts after a connection error (refused, reset); a timeout is
-            not retried (the server is slow, not gone).
+            not retried (the server is slow, not gone). A 503 (the server's request
+            threads all busy) is retried up to ``BUSY_RETRIES`` times, backing off.
         retry_wait: seconds between attempts.
+        token: the server's token (``ragen serve-env --token``), sent as
+            ``Authorization: Bearer``; default: the ``RAGEN_ENV_TOKEN`` environment
+            variable (which keeps it out of the run's config.yaml).
     """
 
     description = "An environment served over HTTP by `ragen serve-env` (url=http://HOST:PORT)"
@@ -71,6 +88,7 @@ class RemoteEnv(Env):
         timeout: float = 30.0,
         retries: int = 1,
         retry_wait: float = 0.2,
+        token: str | None = None,
     ) -> None:
         super().__init__()
         if url is None:  # never a default address: an env must not depend on what listens there
@@ -81,18 +99,18 @@ class RemoteEnv(Env):
             )
         url = str(url).rstrip("/")
         if not url.startswith(("http://", "https://")):
-            raise ValueError(
+            raise EnvOptionError(
                 f"url={url!r} is not an HTTP address. Fix: url=http://HOST:PORT, as printed "
                 "by `ragen serve-env NAME --port PORT`"
             )
         if not timeout > 0 or retries < 0 or retry_wait < 0:
-            raise ValueError(
+            raise EnvOptionError(
                 f"timeout={timeout} must be > 0, retries={retries} and retry_wait={retry_wait} >= 0"
             )
         self.url, self.timeout = url, float(timeout)
         self.retries, self.retry_wait = int(retries), float(retry_wait)
+        self.token = token or os.environ.get(TOKEN_ENV) or None
         self.episode_id: str | None = None
-        self.error: str | None = None  # why the current episode failed, if it did
         self._meta: dict[str, Any] | None = None  # the server's /info
         self._reset_reply: dict[str, Any] = {}
         self._obs = ""
@@ -109,12 +127,21 @@ class RemoteEnv(Env):
             method="GET" if body is None else "POST",
             headers={"Content-Type": "application/json"},
         )
-        for attempt in range(self.retries + 1):
+        if self.token is not None:
+            request.add_header("Authorization", f"Bearer {self.token}")
+        attempt = busy = 0
+        while True:
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout) as response:
                     raw = response.read()
                 break
             except urllib.error.HTTPError as err:
+                if err.code == 503 and busy < BUSY_RETRIES:
+                    # every request thread of the server was in use: it read nothing of
+                    # this request, so asking again is safe; back off (about 10 s in all)
+                    time.sleep(min(2.0, max(self.retry_wait, 0.05) * 2**busy))
+                    busy += 1
+                    continue
                 raise RemoteEnvError(f"{path}: HTTP {err.code}: {_error_text(err)}") from None
             except TimeoutError:
                 raise RemoteEnvError(f"{path}: no reply within timeout={self.timeout:g}s") from None
@@ -128,6 +155,7 @@ class RemoteEnv(Env):
                     ) from None
                 if attempt == self.retries:
                     raise RemoteEnvError(f"{path}: cannot reach {self.url} ({reason})") from None
+                attempt += 1
                 time.sleep(self.retry_wait)
         try:
             reply = json.loads(raw)
@@ -147,8 +175,33 @@ class RemoteEnv(Env):
             raise RemoteEnvError(f"/call {method}: the reply has no 'result'")
         return reply["result"]
 
+    @property
+    def error(self) -> str | None:
+        """Why the current episode failed, if it did (``env_error``)."""
+        return self.env_error
+
+    def check_available(self) -> None:
+        """Raise :class:`~ragen.errors.EnvUnavailableError` unless the server answers
+        ``GET /info`` (any HTTP answer counts: a server without /info may still play)."""
+        try:
+            self._request("/info")
+        except RemoteEnvError as err:
+            if ": HTTP 401" in str(err):
+                raise EnvUnavailableError(
+                    f"the remote environment at {self.url} refused this client: {err}. Fix: "
+                    f"the server's token in the {TOKEN_ENV} environment variable (or "
+                    "env.config.token / --env-config token=...)"
+                ) from None
+            if ": HTTP " in str(err):  # it answered, with an error status: it is there
+                return
+            raise EnvUnavailableError(
+                f"the remote environment at {self.url} is unavailable ({err}). Fix: start it "
+                f"with `ragen serve-env NAME --port PORT` and pass its address as "
+                "env.config.url (ragen train) or --env-config url=... (ragen eval)"
+            ) from None
+
     def _fail(self, where: str, reason: str) -> None:
-        self.error = reason
+        self.env_error = reason
         log.warning(
             "remote env %s: episode %s (seed %s) ends truncated at %s: %s",
             self.url,
@@ -184,10 +237,13 @@ class RemoteEnv(Env):
         return super().reset(seed, rng_seed)
 
     def _reset(self, seed: int) -> None:
-        self.error, self._t = None, 0
+        self._t = 0
+        self._reset_reply = {}  # nothing of the previous episode (its state_key) survives
         body = {"seed": int(seed), "rng_seed": self._rng_seed, "episode_id": self.episode_id}
         try:
             reply = self._request("/reset", body)
+            if reply.get("env_error"):  # the served env's reset raised
+                raise RemoteEnvError(f"/reset: the served env failed: {reply['env_error']}")
             obs = reply.get("observation")
             if not isinstance(obs, str) or not isinstance(reply.get("episode_id"), str):
                 raise RemoteEnvError("/reset: the reply lacks a string observation/episode_id")
@@ -212,9 +268,11 @@ class RemoteEnv(Env):
             obs, reward, terminated, truncated, info = _check_step_reply(reply)
         except RemoteEnvError as err:
             self._fail("step", str(err))
-            info = make_info(False, False, False, remote_error=str(err))
+            info = make_info(False, False, False, remote_error=str(err), env_error=str(err))
             return self._obs, 0.0, False, True, info
         self._obs = obs
+        if info.get("env_error"):  # the served env raised; the server ended it as truncated
+            self.env_error = str(info["env_error"])
         return obs, reward, terminated, truncated, info
 
     @property
@@ -316,7 +374,7 @@ class RemoteEnv(Env):
     def __deepcopy__(self, memo: dict) -> RemoteEnv:
         """An independent episode: the server clones this one (the oracle's lookahead
         plays on the copy). If that fails the copy is an ended episode."""
-        twin = RemoteEnv(self.url, self.timeout, self.retries, self.retry_wait)
+        twin = RemoteEnv(self.url, self.timeout, self.retries, self.retry_wait, self.token)
         twin.__dict__.update(
             {k: v for k, v in self.__dict__.items() if k not in ("rng", "episode_id")}
         )

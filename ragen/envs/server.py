@@ -30,16 +30,34 @@ endpoint    request                                      reply
 ``t`` (the client's step counter) makes a retried step idempotent: a ``t`` equal to the
 episode's last one returns the cached reply instead of stepping again. Facts travel as
 ``[kind, row, col]``, an rgb frame as ``{"shape": [H, W, 3], "data": base64 bytes}``.
-Errors are ``{"error": "..."}`` with status 400 (bad request), 404 (unknown episode or
-path) or 500 (the env raised). At most ``max_episodes`` episodes are held; the least
-recently used one is dropped to make room.
+Errors are ``{"error": "..."}`` with status 400 (bad request: not JSON, a
+``Content-Length`` that is missing (411), negative, not a number or longer than the body
+sent), 401 (a token is set and the request lacks it), 404 (unknown episode or path), 408
+(the body did not arrive within ``read_timeout``), 413 (a body over 1 MiB), 503 (all
+``max_threads`` request threads busy) or 500 (an env method other than reset/step
+raised). An exception inside the env's own step or reset is no HTTP error: the env ends
+that episode as truncated with ``info["env_error"]`` (``ragen.envs.base``), exactly as a
+local env does, and ``/reset`` answers ``env_error`` then.
+
+Limits, so that no client can exhaust the server: each connection waits at most
+``read_timeout`` seconds for a request (then it is closed), at most ``max_threads``
+requests are served at once (more are answered 503 at once), at most ``max_episodes``
+episodes are held (the least recently used one is dropped to make room) and an episode
+nobody touched for ``episode_timeout`` seconds is dropped (a client that died without
+``/close``). ``token``: every request must then carry ``Authorization: Bearer <token>``
+(``ragen serve-env --token``, or the ``RAGEN_ENV_TOKEN`` environment variable on both
+sides); serve beyond localhost only with one.
 """
 
 from __future__ import annotations
 
 import base64
+import hmac
+import ipaddress
 import json
+import os
 import random
+import socket
 import threading
 import time
 import uuid
@@ -55,6 +73,8 @@ from .registry import make
 
 PROTOCOL_VERSION = 1
 MAX_BODY_BYTES = 1 << 20
+#: the environment variable a token is read from (server and client) when none is given
+TOKEN_ENV = "RAGEN_ENV_TOKEN"
 CALL_METHODS = (
     "oracle_action",
     "random_action",
@@ -81,6 +101,7 @@ class _Episode:
         self.lock = threading.Lock()
         self.last_t: int | None = None
         self.last_reply: dict[str, Any] | None = None
+        self.last_used = time.monotonic()
 
 
 def facts_to_json(facts: list[Fact]) -> list[list[Any]]:
@@ -96,10 +117,16 @@ class EnvService:
     """The episodes of one registered env and the operations on them (no HTTP here)."""
 
     def __init__(
-        self, name: str, config: dict[str, Any] | None = None, max_episodes: int = 4096
+        self,
+        name: str,
+        config: dict[str, Any] | None = None,
+        max_episodes: int = 4096,
+        episode_timeout: float = 3600.0,
     ) -> None:
         self.name, self.config = name, dict(config or {})
         self.max_episodes = int(max_episodes)
+        # an episode idle this long is dropped: its client died without /close
+        self.episode_timeout = float(episode_timeout)
         self._template = make(name, **self.config)  # fails early on a bad name or config
         self._episodes: OrderedDict[str, _Episode] = OrderedDict()
         self._lock = threading.Lock()
@@ -125,19 +152,35 @@ class EnvService:
     def _add(self, env: Env) -> str:
         episode_id = uuid.uuid4().hex
         with self._lock:
+            self._drop_idle()
             self._episodes[episode_id] = _Episode(env)
             while len(self._episodes) > self.max_episodes:
                 _, dropped = self._episodes.popitem(last=False)
                 dropped.env.close()
         return episode_id
 
+    def _drop_idle(self) -> None:
+        """Drop the episodes idle for ``episode_timeout`` s (under ``_lock``). The dict is
+        in least-recently-used order, so the idle ones are at its front."""
+        deadline = time.monotonic() - self.episode_timeout
+        while self._episodes:
+            episode_id, oldest = next(iter(self._episodes.items()))
+            if oldest.last_used > deadline:
+                break
+            del self._episodes[episode_id]
+            oldest.env.close()
+
     def _get(self, episode_id: Any) -> _Episode:
         with self._lock:
+            self._drop_idle()
             episode = self._episodes.get(str(episode_id))
             if episode is None:
                 raise RequestError(
-                    404, f"unknown episode {episode_id!r} (closed, evicted or the server restarted)"
+                    404,
+                    f"unknown episode {episode_id!r} (closed, idle over "
+                    f"{self.episode_timeout:g}s, evicted or the server restarted)",
                 )
+            episode.last_used = time.monotonic()
             self._episodes.move_to_end(str(episode_id))
             return episode
 
@@ -156,6 +199,8 @@ class EnvService:
             env = episode.env
             obs = env.reset(seed, rng_seed=rng_seed)
             episode.last_t, episode.last_reply = None, None
+            if env.env_error is not None:  # the env's reset raised: say so, as local envs do
+                return {"episode_id": episode_id, "observation": obs, "env_error": env.env_error}
             return {
                 "episode_id": episode_id,
                 "observation": obs,
@@ -251,7 +296,9 @@ def _jsonable(value: Any) -> Any:
     return repr(value)
 
 
-def _handler(service: EnvService, quiet: bool) -> type[BaseHTTPRequestHandler]:
+def _handler(
+    service: EnvService, quiet: bool, token: str | None, read_timeout: float
+) -> type[BaseHTTPRequestHandler]:
     routes_post = {
         "/reset": service.reset,
         "/step": service.step,
@@ -262,8 +309,13 @@ def _handler(service: EnvService, quiet: bool) -> type[BaseHTTPRequestHandler]:
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive: one connection per client thread
+        # seconds a connection may take to send a request (headers and body); a client
+        # that stalls holds no thread longer than this
+        timeout = read_timeout
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            if not self._authorized():
+                return
             route = routes_get.get(self.path.split("?")[0])
             if route is None:
                 self._reply(404, {"error": f"unknown path {self.path}"})
@@ -271,12 +323,11 @@ def _handler(service: EnvService, quiet: bool) -> type[BaseHTTPRequestHandler]:
             self._reply(200, route())
 
         def do_POST(self) -> None:  # noqa: N802
+            if not self._authorized():
+                return
             route = routes_post.get(self.path.split("?")[0])
             try:
-                length = int(self.headers.get("Content-Length") or 0)
-                if length > MAX_BODY_BYTES:
-                    raise RequestError(413, f"request body over {MAX_BODY_BYTES} bytes")
-                raw = self.rfile.read(length)
+                raw = self._read_body()
                 if route is None:
                     raise RequestError(404, f"unknown path {self.path}")
                 try:
@@ -291,11 +342,56 @@ def _handler(service: EnvService, quiet: bool) -> type[BaseHTTPRequestHandler]:
             except Exception as err:  # noqa: BLE001 - the env raised: report, keep serving
                 self._reply(500, {"error": f"{type(err).__name__}: {err}"})
 
+        def _read_body(self) -> bytes:
+            """The request body, exactly ``Content-Length`` bytes. Where the body's end is
+            unknown (no, a negative or a non-numeric length; a body cut short; one over the
+            limit, left unread) the connection is closed after the answer, since the next
+            request on it could not be found."""
+            text = self.headers.get("Content-Length")
+            if text is None:
+                self.close_connection = True
+                raise RequestError(411, "a POST needs a Content-Length header")
+            try:
+                length = int(text)
+            except ValueError:
+                length = -1
+            if length < 0:
+                self.close_connection = True
+                raise RequestError(400, f"Content-Length {text!r} is not a byte count")
+            if length > MAX_BODY_BYTES:
+                self.close_connection = True
+                raise RequestError(413, f"request body over {MAX_BODY_BYTES} bytes")
+            try:
+                raw = self.rfile.read(length)
+            except TimeoutError:
+                self.close_connection = True
+                raise RequestError(
+                    408, f"the body did not arrive within {read_timeout:g}s"
+                ) from None
+            if len(raw) < length:
+                self.close_connection = True
+                raise RequestError(
+                    400, f"the body has {len(raw)} bytes, Content-Length said {length}"
+                )
+            return raw
+
+        def _authorized(self) -> bool:
+            if token is None:
+                return True
+            sent = self.headers.get("Authorization", "")
+            if hmac.compare_digest(sent.encode(), f"Bearer {token}".encode()):
+                return True
+            self.close_connection = True  # an unread body may follow
+            self._reply(401, {"error": "missing or wrong token (Authorization: Bearer ...)"})
+            return False
+
         def _reply(self, status: int, payload: dict[str, Any]) -> None:
             data = json.dumps(payload).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            if self.close_connection:
+                self.send_header("Connection", "close")
             self.end_headers()
             self.wfile.write(data)
 
@@ -306,10 +402,60 @@ def _handler(service: EnvService, quiet: bool) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+_BUSY = json.dumps({"error": "server busy: every request thread is in use; retry"}).encode()
+
+
 class _Server(ThreadingHTTPServer):
+    """A threading HTTP server with at most ``max_threads`` request threads: a
+    connection beyond them is answered 503 at once (the client's retry or truncation
+    takes over), so stalled clients cannot make the server start thread after thread."""
+
     daemon_threads = True
     # the default backlog of 5 makes a burst of concurrent episodes wait for TCP retries
     request_queue_size = 1024
+
+    def __init__(self, address: tuple[str, int], handler: type, max_threads: int) -> None:
+        self._slots = threading.BoundedSemaphore(max_threads)
+        super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self._refuse(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()  # the thread never started
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def _refuse(self, request: socket.socket) -> None:
+        try:
+            request.settimeout(1.0)
+            request.sendall(
+                b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {len(_BUSY)}\r\nConnection: close\r\n\r\n".encode()
+                + _BUSY
+            )
+        except OSError:
+            pass  # the client is gone already
+        finally:
+            self.shutdown_request(request)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only accepts connections from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class EnvServer:
@@ -327,9 +473,23 @@ class EnvServer:
         port: int = 0,
         max_episodes: int = 4096,
         quiet: bool = True,
+        token: str | None = None,
+        read_timeout: float = 30.0,
+        max_threads: int = 128,
+        episode_timeout: float = 3600.0,
     ) -> None:
-        self.service = EnvService(name, config, max_episodes)
-        self.httpd = _Server((host, port), _handler(self.service, quiet))
+        from ragen.errors import UsageError
+
+        if not read_timeout > 0 or not episode_timeout > 0 or max_threads < 1:
+            raise UsageError(
+                f"read_timeout={read_timeout} and episode_timeout={episode_timeout} must be "
+                f"> 0 and max_threads={max_threads} >= 1"
+            )
+        self.service = EnvService(name, config, max_episodes, episode_timeout)
+        token = token or None
+        handler = _handler(self.service, quiet, token, float(read_timeout))
+        self.httpd = _Server((host, port), handler, int(max_threads))
+        self.token = token
         self._thread: threading.Thread | None = None
 
     @property
@@ -365,14 +525,30 @@ def serve(
     port: int = 8765,
     max_episodes: int = 4096,
     quiet: bool = False,
+    token: str | None = None,
+    read_timeout: float = 30.0,
+    max_threads: int = 128,
+    episode_timeout: float = 3600.0,
 ) -> None:
-    """Serve ``name`` until interrupted (``ragen serve-env``)."""
-    server = EnvServer(name, config, host, port, max_episodes, quiet)
+    """Serve ``name`` until interrupted (``ragen serve-env``). ``token`` defaults to the
+    ``RAGEN_ENV_TOKEN`` environment variable."""
+    token = token or os.environ.get(TOKEN_ENV) or None
+    server = EnvServer(
+        name, config, host, port, max_episodes, quiet, token, read_timeout, max_threads,
+        episode_timeout,
+    )  # fmt: skip
     print(
         f"serving env {name!r} at {server.url} (use env=remote env.config.url={server.url}); "
         "Ctrl-C stops",
         flush=True,
     )
+    if token is None and not is_loopback(host):
+        print(
+            f"warning: {host} is reachable from other machines and no token is set: anyone "
+            f"who reaches {server.url} can play and close episodes. Fix: --token SECRET (or "
+            f"{TOKEN_ENV}=SECRET) here and in the client's environment",
+            flush=True,
+        )
     started = time.time()
     try:
         server.serve_forever()

@@ -29,8 +29,10 @@ import re
 
 import numpy as np
 
+from ragen.errors import EnvOptionError
+
 from . import rgb
-from .base import Env, StepResult, derive_seed, make_info
+from .base import Env, StepResult, derive_seed, make_info, parse_int
 from .glyphs import draw_text
 
 SIZES = (4, 9)
@@ -139,13 +141,13 @@ class SudokuEnv(Env):
     def __init__(self, size: int = 4, givens: int | None = None, max_steps: int | None = None):
         super().__init__()
         if size not in SIZES:
-            raise ValueError(f"size={size}; Sudoku sizes are {SIZES}")
+            raise EnvOptionError(f"size={size}; Sudoku sizes are {SIZES}")
         self.size = int(size)
         self.givens = DEFAULT_GIVENS[self.size] if givens is None else int(givens)
         if not 0 <= self.givens <= self.size * self.size:
-            raise ValueError(f"givens={givens} must be in 0..{self.size * self.size}")
+            raise EnvOptionError(f"givens={givens} must be in 0..{self.size * self.size}")
         if max_steps is not None and int(max_steps) < 1:
-            raise ValueError(f"max_steps={max_steps} must be >= 1 (or null for the default)")
+            raise EnvOptionError(f"max_steps={max_steps} must be >= 1 (or null for the default)")
         self.max_steps = max_steps
         self._peers = _peers(self.size)
         self.grid: list[int] = [0] * self.size**2
@@ -173,7 +175,10 @@ class SudokuEnv(Env):
         m = _ACTION.match(action)
         if not m:
             return None
-        r, c, d = (int(x) for x in m.groups())
+        numbers = [parse_int(x) for x in m.groups()]
+        if None in numbers:  # a number of thousands of digits: not a cell, not a digit
+            return None
+        r, c, d = numbers
         if not (1 <= r <= self.size and 1 <= c <= self.size and 0 <= d <= self.size):
             return None
         return r - 1, c - 1, d

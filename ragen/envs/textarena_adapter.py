@@ -49,9 +49,9 @@ from typing import Any
 
 import numpy as np
 
-from ragen.errors import MissingDependencyError
+from ragen.errors import EnvOptionError, MissingDependencyError
 
-from .base import Env, StepResult, derive_seed, make_info
+from .base import Env, StepResult, derive_seed, make_info, parse_int
 
 _RANDOM_LOCK = threading.Lock()  # TextArena uses the process-wide `random` module
 
@@ -132,7 +132,10 @@ def _guess_oracle(core: Any) -> str | None:
 
 def _guess_parse(core: Any, action: str) -> str | None:
     m = re.fullmatch(r"\[?\s*(\d+)\s*\]?", action)
-    return f"[{int(m.group(1))}]" if m else None
+    guess = parse_int(m.group(1)) if m else None
+    if guess is None or not core.min_number <= guess <= core.max_number:
+        return None  # out of the game's range: not a move of its vocabulary
+    return f"[{guess}]"
 
 
 def _mastermind_codes(core: Any) -> list[tuple[int, ...]]:
@@ -162,10 +165,14 @@ def _mastermind_parse(core: Any, action: str) -> str | None:
     inner = action.strip().removeprefix("[").removesuffix("]")
     if not re.fullmatch(r"[\d\s,]+", inner):
         return None
-    numbers = re.findall(r"\d+", inner)
+    numbers = [parse_int(n) for n in re.findall(r"\d+", inner)]
     if len(numbers) != core.code_length:
         return None
-    return "[" + " ".join(str(int(n)) for n in numbers) + "]"
+    if any(n is None or not 1 <= n <= core.num_numbers for n in numbers):
+        return None  # a digit the code cannot hold (9 of 1-6): not a move of this game
+    if not core.duplicate_numbers and len(set(numbers)) != len(numbers):
+        return None  # a repeated digit where the code has none
+    return "[" + " ".join(map(str, numbers)) + "]"
 
 
 def _mastermind_random(core: Any, rng: random.Random) -> str:
@@ -195,7 +202,8 @@ GAMES: dict[str, GameSpec] = {
     ),
     "Mastermind-v0": GameSpec(
         "Mastermind-v0",
-        "An action is one guess: the code's digits separated by spaces, e.g. '2 1 4 5'.",
+        "An action is one guess: the code's digits separated by spaces, e.g. '2 1 4 5'; each "
+        "digit within the game's range, no digit twice unless the rules allow repeats.",
         _mastermind_parse,
         oracle=_mastermind_oracle,
         random_action=_mastermind_random,
@@ -206,7 +214,61 @@ GAMES: dict[str, GameSpec] = {
 def _rejection(feedback: str) -> str:
     """TextArena's reason for rejecting a move, without its boilerplate."""
     m = re.search(r"Reason:\s*(.*?)\s*(?:Please resubmit.*)?$", feedback, re.S)
-    return (m.group(1) if m else feedback).strip() or "the game rejected the move"
+    reason = (m.group(1) if m else feedback).strip()
+    if re.fullmatch(r"[-+0-9.eE]+", reason):  # some games give their score as the reason
+        return f"the game rejected the move (its score: {reason})"
+    return reason or "the game rejected the move"
+
+
+def _make_core(ta: Any, game: str, kwargs: dict[str, Any]) -> Any:
+    """TextArena's bare game ``game`` (its ``-raw`` id, without the LLM wrappers), or an
+    :class:`EnvOptionError` that tells a game TextArena lacks from one it has but cannot
+    build here (an API key, nltk data, a module that does not compile)."""
+    from textarena.envs.registration import ENV_REGISTRY
+
+    games = sorted(k.removesuffix("-raw") for k in ENV_REGISTRY if k.endswith("-raw"))
+    if f"{game}-raw" not in ENV_REGISTRY:
+        import difflib
+
+        close = difflib.get_close_matches(game, games, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise EnvOptionError(
+            f"TextArena has no game {game!r}.{hint} Its {len(games)} games are the keys of "
+            "textarena.envs.registration.ENV_REGISTRY (without '-raw')"
+        )
+    try:
+        return ta.make(f"{game}-raw", **kwargs)
+    except Exception as err:  # noqa: BLE001 - SyntaxError, LookupError, ValueError, ...
+        raise EnvOptionError(
+            f"TextArena has the game {game!r} but cannot build it here: {_why(err)}"
+        ) from None
+
+
+def _why(err: BaseException) -> str:
+    """What keeps a TextArena game from being built, in one line, with the fix where known."""
+    lines = [line.strip(" *") for line in str(err).splitlines()]
+    text = next((line for line in lines if line), "")[:200]
+    if isinstance(err, SyntaxError):
+        return (
+            f"its code does not compile on this Python ({err.msg} at {err.filename}:"
+            f"{err.lineno}); a TextArena bug, choose another game"
+        )
+    if isinstance(err, LookupError) and "Resource" in str(err):
+        return f"{text} It needs nltk data, which TextArena downloads on first use (internet)"
+    if "API key" in text or "API_KEY" in text:
+        return f"it calls an online model and needs an API key: {text}"
+    return f"{type(err).__name__}: {text}"
+
+
+def _message_parts(entry: Any, observation_type: type) -> tuple[str, Any]:
+    """``(text, kind)`` of one queued TextArena message. The protocol's order is
+    ``(from_id, text, kind)``, but some games (Countdown, Cryptarithm, Slitherlink) queue
+    the player's action with the arguments shifted, ``(kind, from_id, text)``: take the
+    kind and the text wherever they are."""
+    parts = tuple(entry) if isinstance(entry, (tuple, list)) else (entry,)
+    kind = next((p for p in parts if isinstance(p, observation_type)), None)
+    text = next((p for p in parts if isinstance(p, str)), None)
+    return ("" if text is None else text), kind
 
 
 def _generic_parse(core: Any, action: str) -> str | None:
@@ -222,12 +284,23 @@ class TextArenaEnv(Env):
         game: the TextArena env id (``TowerOfHanoi-v0``; ``ragen.envs.textarena_adapter.GAMES``
             lists those with a vocabulary and a solver; others take free-form actions).
         game_kwargs: keyword arguments of the TextArena env (e.g. ``{num_disks: 4}``).
+        max_steps: moves before the episode is truncated; every move counts, the ones the
+            game rejects too (TextArena's own turn limit counts only accepted ones, so
+            without this an agent repeating a forbidden move would play forever).
     """
 
     description = "A single-player TextArena game (needs ragen[textarena])"
 
-    def __init__(self, game: str = "TowerOfHanoi-v0", game_kwargs: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        game: str = "TowerOfHanoi-v0",
+        game_kwargs: dict[str, Any] | None = None,
+        max_steps: int = 100,
+    ):
         super().__init__()
+        if int(max_steps) < 1:
+            raise EnvOptionError(f"max_steps={max_steps} must be >= 1")
+        self.max_steps, self._steps = int(max_steps), 0
         ta = import_textarena()
         self.game = str(game)
         base = GAMES.get(self.game)
@@ -237,14 +310,7 @@ class TextArenaEnv(Env):
             _generic_parse,
         )
         self.game_kwargs = {**self.spec.kwargs, **dict(game_kwargs or {})}
-        raw_id = f"{self.game}-raw"  # the bare game, without TextArena's LLM wrappers
-        try:
-            self._core = ta.make(raw_id, **self.game_kwargs)
-        except ValueError as err:
-            raise ValueError(
-                f"TextArena has no game {self.game!r} ({err}); see textarena's registry "
-                "(textarena.envs.registration.ENV_REGISTRY)"
-            ) from None
+        self._core = _make_core(ta, self.game, self.game_kwargs)
         self._random_state = random.Random(0).getstate()
         self._obs = self._board = ""  # the observation; the last one a move produced
         self._reward = 0.0
@@ -277,18 +343,19 @@ class TextArenaEnv(Env):
         """``(player prompt, other game messages)`` queued for the player, emptied."""
         from textarena import ObservationType
 
-        _, messages = core.get_observation()
-        prompt = "\n".join(m for _, m, kind in messages if kind == ObservationType.PROMPT)
+        _, queued = core.get_observation()
+        messages = [_message_parts(entry, ObservationType) for entry in queued]
+        prompt = "\n".join(m for m, kind in messages if kind == ObservationType.PROMPT)
         rest = [
             m.strip()
-            for _, m, kind in messages
+            for m, kind in messages
             if kind not in (ObservationType.PROMPT, ObservationType.PLAYER_ACTION)
         ]
         return prompt.strip(), "\n".join(m for m in rest if m)
 
     # -- the contract ----------------------------------------------------------------------
     def _reset(self, seed: int) -> None:
-        self._reward = 0.0
+        self._reward, self._steps = 0.0, 0
         _, self._random_state = self._call(
             lambda: self._reset_core(seed), random.Random(derive_seed("textarena", seed)).getstate()
         )
@@ -308,10 +375,15 @@ class TextArenaEnv(Env):
             if self.spec.env_id not in GAMES:  # no vocabulary: the game's verdict decides
                 return self._invalid(reason)
             # a move of the vocabulary that the state does not allow (a disk onto a smaller
-            # one): like walking into a wall, valid but without effect; the game is unchanged
+            # one): like walking into a wall, valid but without effect; the game is
+            # unchanged, but the move counts toward max_steps
+            self._steps += 1
             obs = f"{self._board}\nThat move is not allowed: {reason}"
             self._obs = obs
-            return obs, 0.0, False, False, make_info(True, False, False, reason=reason)
+            truncated = self._steps >= self.max_steps
+            info = make_info(True, False, False, reason=reason, steps=self._steps)
+            return obs, 0.0, False, truncated, info
+        self._steps += 1
         self._core, self._random_state = trial, state_after
         _, messages = self._drain(trial)
         reward = 0.0
@@ -323,14 +395,17 @@ class TextArenaEnv(Env):
         self._reward = reward
         self._obs = self._board = messages or "(the game sent no message)"
         success = bool(done and reward >= 1.0)
-        return self._obs, reward, bool(done), False, make_info(True, True, success, move=move)
+        truncated = not done and self._steps >= self.max_steps
+        info = make_info(True, True, success, move=move, steps=self._steps)
+        return self._obs, reward, bool(done), truncated, info
 
     def _invalid(self, reason: str) -> StepResult:
         return self._obs, 0.0, False, False, make_info(False, False, False, reason=reason)
 
     @property
     def instructions(self) -> str:
-        return f"{self._rules}\n{self.spec.describe_actions}".strip()
+        limit = f"At most {self.max_steps} moves, rejected ones included."
+        return f"{self._rules}\n{self.spec.describe_actions}\n{limit}".strip()
 
     @property
     def action_names(self) -> list[str] | None:
@@ -350,6 +425,7 @@ class TextArenaEnv(Env):
         state = self._core.state
         return (
             self._obs,
+            self._steps,
             repr(state.game_state),
             state.turn,
             state.done,

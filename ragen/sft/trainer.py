@@ -94,6 +94,22 @@ class SFTConfig:
         for name in ("episodes", "epochs", "batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        # `not a <= x` style checks: NaN fails them too (an inf/NaN lr trains NaN weights)
+        if not 0 < self.lr < math.inf:
+            raise ConfigError(
+                f"lr: the learning rate must be a finite number > 0, got {self.lr}. "
+                "Fix: e.g. --lr 5e-4 (the default)"
+            )
+        if not 0 <= self.weight_decay < math.inf:
+            raise ConfigError(
+                f"weight_decay: must be a finite number >= 0, got {self.weight_decay}. "
+                "Fix: 0 turns it off"
+            )
+        if not 0 <= self.epsilon <= 1:
+            raise ConfigError(
+                f"epsilon: the share of expert actions made random must be in [0, 1], got "
+                f"{self.epsilon}. Fix: e.g. --epsilon 0.1 (0: the expert's own actions)"
+            )
         if self.labels not in SFT_LABELS:
             raise ConfigError(
                 f"labels={self.labels!r} is not one of {', '.join(SFT_LABELS)}. Fix: labels=expert "
@@ -112,22 +128,6 @@ class SFTConfig:
             raise ConfigError(f"max_seconds must be null or a number > 0, got {self.max_seconds}")
         if self.heldout_episodes < 0:
             raise ConfigError(f"heldout_episodes must be >= 0, got {self.heldout_episodes}")
-        # `not a <= x` style checks: NaN fails them too (an inf/NaN lr trains NaN weights)
-        if not 0 < self.lr < math.inf:
-            raise ConfigError(
-                f"lr: the learning rate must be a finite number > 0, got {self.lr}. "
-                "Fix: e.g. --lr 5e-4 (the default)"
-            )
-        if not 0 <= self.weight_decay < math.inf:
-            raise ConfigError(
-                f"weight_decay: must be a finite number >= 0, got {self.weight_decay}. "
-                "Fix: 0 turns it off"
-            )
-        if not 0 <= self.epsilon <= 1:
-            raise ConfigError(
-                f"epsilon: the share of expert actions made random must be in [0, 1], got "
-                f"{self.epsilon}. Fix: e.g. --epsilon 0.1 (0: the expert's own actions)"
-            )
 
 
 def make_expert_data(

@@ -159,9 +159,9 @@ class DynamicSamplingConfig:
 @dataclass
 class AlgoConfig:
     name: str = "starpo"  # preset name, informational
-    adv_estimator: str = (
-        "gae"  # see ragen.algo: gae grpo drgrpo rloo reinforce_plus_plus bi_level_gae turn_gae
-    )
+    # see ragen.algo: gae masked_gae grpo drgrpo rloo reinforce_plus_plus bi_level_gae
+    # vagen_bi_level_gae turn_gae
+    adv_estimator: str = "gae"
     use_critic: bool = True
     reward_placement: str = "trajectory"  # trajectory: episode reward at the last token; turn: per-turn rewards at turn ends
     norm_grouping: str = "none"  # reward normalization before advantages: none | state | batch
@@ -806,11 +806,14 @@ def _check_combinations(cfg: TrainConfig) -> None:
             f"estimator {a.adv_estimator!r} needs a critic (value baseline) but use_critic=false",
             "set algo.use_critic=true or use a critic-free estimator (grpo, drgrpo, rloo, reinforce_plus_plus)",
         )
-    if a.adv_estimator in ("bi_level_gae", "turn_gae") and a.reward_placement != "turn":
+    if (
+        a.adv_estimator in ("bi_level_gae", "vagen_bi_level_gae", "turn_gae")
+        and a.reward_placement != "turn"
+    ):
         _fail(
             "algo.reward_placement",
             f"{a.adv_estimator} assigns credit per turn and needs turn rewards at turn ends",
-            "set algo.reward_placement=turn (the trico preset does)",
+            "set algo.reward_placement=turn (the trico and vagen presets do)",
         )
     if a.reward_placement == "turn" and r.context_window is not None:
         # a windowed sample holds one turn: per-turn credit inside it would never see the

@@ -164,6 +164,7 @@ class StarPOTrainer:
             if t.bf16 and self.device.type == "cuda" and torch.cuda.is_bf16_supported()
             else cpu_autocast(t.bf16_cpu and self.device.type == "cpu")
         )
+        self._build_envs()  # first: an env that cannot play fails before a model loads
         self._build_models()
         self._build_rollout()
         from .checkpoint import CheckpointManager
@@ -248,10 +249,8 @@ class StarPOTrainer:
             text_tok.pad_token_id if text_tok.pad_token_id is not None else text_tok.eos_token_id
         )
 
-    def _build_rollout(self) -> None:
+    def _build_envs(self) -> None:
         from ragen.agent.env_manager import EnvStateManager
-        from ragen.agent.policies import ModelPolicy
-        from ragen.engines.hf_vlm import engine_for
 
         c, r = self.cfg, self.cfg.rollout
         env_config = dict(c.env.config)
@@ -270,6 +269,12 @@ class StarPOTrainer:
             group_size=1,
             seed=c.trainer.seed,
         )
+
+    def _build_rollout(self) -> None:
+        from ragen.agent.policies import ModelPolicy
+        from ragen.engines.hf_vlm import engine_for
+
+        c, r = self.cfg, self.cfg.rollout
         # The engine wraps the training model itself: generation always sees the latest weights.
         # model.engine's text engine (eager | static | compiled), or HFVLMEngine for a VLM
         self.engine = engine_for(self.actor, self.tokenizer, c.model.engine)

@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from ragen.errors import EnvOptionError
+
 from ..base import Env, StepResult, derive_seed, make_info, normalize_action
 from ..facts import (
     COORDINATE_CONVENTION,
@@ -85,7 +87,7 @@ _MIN_LENGTH_TRIES = 200
 def _resolve_symbols(symbols: str | dict[str, str]) -> dict[str, str]:
     if isinstance(symbols, str):
         if symbols not in SYMBOL_SETS:
-            raise ValueError(
+            raise EnvOptionError(
                 f"unknown symbols={symbols!r}; use one of {', '.join(SYMBOL_SETS)} or a dict "
                 f"with keys {', '.join(_SYMBOL_KEYS)}"
             )
@@ -95,14 +97,29 @@ def _resolve_symbols(symbols: str | dict[str, str]) -> dict[str, str]:
     missing = [k for k in _SYMBOL_KEYS if k not in symbols]
     extra = [k for k in symbols if k not in _SYMBOL_KEYS]
     if missing or extra:
-        raise ValueError(
+        raise EnvOptionError(
             f"symbols dict needs exactly the keys {', '.join(_SYMBOL_KEYS)} "
             f"(missing: {missing or 'none'}, unknown: {extra or 'none'})"
         )
     values = [str(v) for v in symbols.values()]
     if len(set(values)) != len(values) or any(len(v) != 1 for v in values):
-        raise ValueError("symbols must be 7 distinct single characters")
+        raise EnvOptionError("symbols must be 7 distinct single characters")
     return {k: str(symbols[k]) for k in _SYMBOL_KEYS}
+
+
+def _dim_room(value: Any) -> tuple[int, int]:
+    """``dim_room`` as ``(height, width)``; a one-line error for anything else
+    (``dim_room=abc`` from a command line, a single number, three numbers)."""
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        try:
+            if all(float(v) == int(v) for v in value):
+                return int(value[0]), int(value[1])
+        except (TypeError, ValueError):
+            pass
+    raise EnvOptionError(
+        f"dim_room must be two whole numbers (height, width), got {value!r}. Fix: e.g. "
+        "dim_room=[6, 6]"
+    )
 
 
 class SokobanEnv(Env):
@@ -160,24 +177,22 @@ class SokobanEnv(Env):
     ) -> None:
         super().__init__()
         self.observation_format = check_observation_format(observation_format)
-        if len(dim_room) != 2:
-            raise ValueError(f"dim_room must be (height, width), got {dim_room!r}")
-        self.dim_room = (int(dim_room[0]), int(dim_room[1]))
+        self.dim_room = _dim_room(dim_room)
         self.num_boxes = int(num_boxes)
         if max_steps < 1:
-            raise ValueError(f"max_steps={max_steps} must be >= 1")
+            raise EnvOptionError(f"max_steps={max_steps} must be >= 1")
         if search_depth < 1:
-            raise ValueError(f"search_depth={search_depth} must be >= 1")
+            raise EnvOptionError(f"search_depth={search_depth} must be >= 1")
         if not 0.0 <= p_change_direction <= 1.0:
-            raise ValueError(f"p_change_direction={p_change_direction} must be in [0, 1]")
+            raise EnvOptionError(f"p_change_direction={p_change_direction} must be in [0, 1]")
         if not 0.0 < pull_probability <= 1.0:
-            raise ValueError(f"pull_probability={pull_probability} must be in (0, 1]")
+            raise EnvOptionError(f"pull_probability={pull_probability} must be in (0, 1]")
         if reverse_walks < 1:
-            raise ValueError(f"reverse_walks={reverse_walks} must be >= 1")
+            raise EnvOptionError(f"reverse_walks={reverse_walks} must be >= 1")
         if min_solution_length < 0:
-            raise ValueError(f"min_solution_length={min_solution_length} must be >= 0")
+            raise EnvOptionError(f"min_solution_length={min_solution_length} must be >= 0")
         if tile_size < 4:
-            raise ValueError(f"tile_size={tile_size} must be >= 4")
+            raise EnvOptionError(f"tile_size={tile_size} must be >= 4")
         self.max_steps = int(max_steps)
         self.generator_config: dict[str, Any] = {
             "walk_steps": walk_steps,
@@ -217,7 +232,7 @@ class SokobanEnv(Env):
             plan = solve_path(room, self.solver_max_states)
             if plan is not None and len(plan) >= self.min_solution_length:
                 return room
-        raise ValueError(
+        raise EnvOptionError(
             f"no room with min_solution_length={self.min_solution_length} found in "
             f"{_MIN_LENGTH_TRIES} tries for dim_room={self.dim_room}, num_boxes={self.num_boxes}; "
             "lower min_solution_length or raise search_depth"

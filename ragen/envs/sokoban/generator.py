@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import random
 
+from ragen.errors import EnvOptionError
+
 from .room import Room, direction_offsets
 
 # Brushes carved at each walk step, as (row, col) offsets from the walker.
@@ -37,14 +39,14 @@ _STEPS = ((-1, 0), (1, 0), (0, -1), (0, 1))
 def check_room_config(height: int, width: int, num_boxes: int) -> None:
     """Raise ``ValueError`` naming the parameter when no room can exist."""
     if height < 3 or width < 3:
-        raise ValueError(f"dim_room=({height}, {width}) is too small; each side must be >= 3")
+        raise EnvOptionError(f"dim_room=({height}, {width}) is too small; each side must be >= 3")
     if num_boxes < 1:
-        raise ValueError(f"num_boxes={num_boxes} must be >= 1")
+        raise EnvOptionError(f"num_boxes={num_boxes} must be >= 1")
     interior = (height - 2) * (width - 2)
     # boxes, their targets overlap in the solved state, plus one cell for the player and one
     # free cell so that at least one pull is possible
     if num_boxes + 2 > interior:
-        raise ValueError(
+        raise EnvOptionError(
             f"num_boxes={num_boxes} does not fit in dim_room=({height}, {width}): the interior "
             f"has {interior} cells and needs at least num_boxes + 2; lower num_boxes or enlarge "
             "dim_room"
@@ -186,7 +188,7 @@ def generate_room(
             # from there without touching a box is an equally solvable start: pick one.
             player = rng.choice(_reachable(floor, width, end_player, boxes))
             return Room(height, width, tuple(floor), frozenset(targets), boxes, player)
-    raise ValueError(
+    raise EnvOptionError(
         f"no solvable room with num_boxes={num_boxes} in dim_room=({height}, {width}) after "
         f"{max_tries} topologies; lower num_boxes, enlarge dim_room or raise walk_steps"
     )

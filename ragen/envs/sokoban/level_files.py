@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from ragen.errors import EnvOptionError
+
 from .room import Room, direction_offsets
 
 BUILTIN_DIR = Path(__file__).parent / "levels"
@@ -55,7 +57,7 @@ def parse_levels(text: str, source: str = "<string>") -> list[Room]:
             continue
         bad = set(line) - _LEVEL_CHARS
         if bad:
-            raise ValueError(
+            raise EnvOptionError(
                 f"{source}:{lineno}: unexpected character(s) {''.join(sorted(bad))!r} in a level "
                 "line; use # @ + $ * . and spaces, and start comment lines with ';'"
             )
@@ -72,7 +74,7 @@ def load_levels(path: str | Path) -> list[Room]:
     resolved = resolve_level_path(path)
     rooms = parse_levels(resolved.read_text(encoding="utf-8"), str(resolved))
     if not rooms:
-        raise ValueError(f"{resolved} holds no levels")
+        raise EnvOptionError(f"{resolved} holds no levels")
     return rooms
 
 
@@ -115,13 +117,13 @@ def _parse_block(lines: list[str], where: str) -> Room:
     cells = "".join(grid)
     players = [i for i, ch in enumerate(cells) if ch in "@+"]
     if len(players) != 1:
-        raise ValueError(
+        raise EnvOptionError(
             f"{where}: a level needs exactly one player (@ or +), found {len(players)}"
         )
     boxes = frozenset(i for i, ch in enumerate(cells) if ch in "$*")
     targets = frozenset(i for i, ch in enumerate(cells) if ch in ".+*")
     if not targets or len(boxes) != len(targets):
-        raise ValueError(
+        raise EnvOptionError(
             f"{where}: a level needs as many boxes ($ or *) as goals (. + or *), "
             f"found {len(boxes)} boxes and {len(targets)} goals"
         )
@@ -134,7 +136,7 @@ def _parse_block(lines: list[str], where: str) -> Room:
         i = stack.pop()
         r, c = divmod(i, width)
         if r in (0, height - 1) or c in (0, width - 1):
-            raise ValueError(
+            raise EnvOptionError(
                 f"{where}: the level is not enclosed by walls (the player can walk out)"
             )
         for d in offsets:
@@ -145,7 +147,9 @@ def _parse_block(lines: list[str], where: str) -> Room:
     stray = [i for i in boxes | targets if not inside[i]]
     if stray:
         r, c = divmod(stray[0], width)
-        raise ValueError(f"{where}: a box or goal at row {r - 1}, col {c - 1} is outside the walls")
+        raise EnvOptionError(
+            f"{where}: a box or goal at row {r - 1}, col {c - 1} is outside the walls"
+        )
     # drop the padding ring: the level's own bounding box remains, outside cells are walls
     new_w = width - 2
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ragen.errors import EnvOptionError
+
 #: canonical action names in a fixed order; index = action id
 ACTION_NAMES: tuple[str, ...] = ("up", "down", "left", "right")
 
@@ -53,20 +55,20 @@ class Room:
     def __post_init__(self) -> None:
         n = self.height * self.width
         if self.height < 3 or self.width < 3:
-            raise ValueError(f"room must be at least 3x3, got {self.height}x{self.width}")
+            raise EnvOptionError(f"room must be at least 3x3, got {self.height}x{self.width}")
         if len(self.floor) != n:
-            raise ValueError(f"floor has {len(self.floor)} cells, expected {n}")
+            raise EnvOptionError(f"floor has {len(self.floor)} cells, expected {n}")
         for i in range(n):
             r, c = divmod(i, self.width)
             if self.floor[i] and (r in (0, self.height - 1) or c in (0, self.width - 1)):
-                raise ValueError(
+                raise EnvOptionError(
                     f"floor cell at row {r}, col {c} lies on the border; "
                     "rooms must be enclosed by walls"
                 )
         if not self.targets:
-            raise ValueError("room has no targets")
+            raise EnvOptionError("room has no targets")
         if len(self.boxes) != len(self.targets):
-            raise ValueError(
+            raise EnvOptionError(
                 f"room has {len(self.boxes)} boxes but {len(self.targets)} targets; they must match"
             )
         for what, cells in (
@@ -76,9 +78,9 @@ class Room:
         ):
             for i in cells:
                 if not (0 <= i < n and self.floor[i]):
-                    raise ValueError(f"{what} at flat index {i} is not on a floor cell")
+                    raise EnvOptionError(f"{what} at flat index {i} is not on a floor cell")
         if self.player in self.boxes:
-            raise ValueError("player and a box share a cell")
+            raise EnvOptionError("player and a box share a cell")
 
     @property
     def solved(self) -> bool:
