@@ -28,7 +28,7 @@ run continues at the same level.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ragen.agent.trajectory import Trajectory
@@ -74,11 +74,16 @@ def sample_informative(
             if len({t.group_id for t in kept}) >= target:
                 break
             new_group = len({t.group_id for t in kept})
-            for t in batch:
-                if t.group_id == g:
-                    t.group_id = new_group
-                    t.episode_id = new_group * group_size + t.episode_id % group_size
-                    kept.append(t)
+            # copies: round 0's own trajectories keep their ids for the step's metrics
+            kept += [
+                replace(
+                    t,
+                    group_id=new_group,
+                    episode_id=new_group * group_size + t.episode_id % group_size,
+                )
+                for t in batch
+                if t.group_id == g
+            ]
         if len({t.group_id for t in kept}) >= target:
             break
     n_kept = len({t.group_id for t in kept})

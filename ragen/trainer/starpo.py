@@ -58,6 +58,7 @@ from .batching import (
     place_rewards,
 )
 from .config import TrainConfig, to_dict, to_yaml
+from .dynamic_sampling import Curriculum, sample_informative
 from .nonfinite import NonFiniteUpdate, nonfinite_loss
 from .signals import StepAbandoned, StopSignals, TrainingInterrupted
 
@@ -269,6 +270,12 @@ class StarPOTrainer:
             group_size=1,
             seed=c.trainer.seed,
         )
+        # env.curriculum: training states no harder than a level that rises with success
+        self.curriculum = None
+        if c.env.curriculum.start is not None:
+            cur = c.env.curriculum
+            self.curriculum = Curriculum(cur.start, cur.step, cur.stop, cur.advance_at, cur.window)
+            self.train_envs.max_difficulty = self.curriculum.max_difficulty
 
     def _build_rollout(self) -> None:
         from ragen.agent.policies import ModelPolicy
@@ -313,6 +320,9 @@ class StarPOTrainer:
                 f"{path} was trained with trainer.seed={saved_seed}, not "
                 f"{self.cfg.trainer.seed}. Fix: resume with trainer.seed={saved_seed}"
             )
+        if self.curriculum is not None:  # the level it had reached
+            self.curriculum.restore(state.get("curriculum"))
+            self.train_envs.max_difficulty = self.curriculum.max_difficulty
         step = int(state["step"])
         print(f"resumed from {path} at step {step}")
         self._supersede_after(step)
@@ -563,7 +573,11 @@ class StarPOTrainer:
             critic=self.critic,
             optimizers=self._optimizers(),
             schedulers=self._schedulers(),
-            trainer_state={"step": step, "seed": self.cfg.trainer.seed},
+            trainer_state={
+                "step": step,
+                "seed": self.cfg.trainer.seed,
+                **({"curriculum": self.curriculum.state()} if self.curriculum else {}),
+            },
             config=to_dict(self.cfg),
             overwrite=False,
         )
@@ -585,20 +599,43 @@ class StarPOTrainer:
         # number), so a signal may abandon it here (ragen.trainer.signals).
         self.signals.abandonable = True
         tic = time.perf_counter()
-        seeds = self.train_envs.seeds_for_step(step)
-        result = self.rollout(
-            self.train_envs,
-            seeds,
-            self.cfg.rollout.temperature,
-            derive_seed(t.seed, "rollout", step),
-        )
-        trajectories: list[Trajectory] = result.trajectories
+        results = []  # each rollout of the step: round 0, then dynamic sampling's refills
+
+        def rollout_round(r: int) -> list[Trajectory]:
+            key = (step,) if r == 0 else (step, "refill", r)
+            results.append(
+                self.rollout(
+                    self.train_envs,
+                    self.train_envs.seeds_for_step(step, draw=r),
+                    self.cfg.rollout.temperature,
+                    derive_seed(t.seed, "rollout", *key),
+                )
+            )
+            return results[-1].trajectories
+
+        sampling: dict[str, float] = {}
+        if a.dynamic_sampling.enabled:  # only groups whose episodes disagree (DAPO)
+            d = a.dynamic_sampling
+            trajectories, first, sampling = sample_informative(
+                rollout_round, self.cfg.rollout.env_groups, self.cfg.rollout.group_size,
+                d.on, d.max_rounds,
+            )  # fmt: skip
+        else:
+            trajectories = first = rollout_round(0)
+        result = results[0]
         timing["timing/rollout"] = time.perf_counter() - tic
-        # the reasoning rewards keep their own top-level keys (reward/grounding, ...)
+        # the reasoning rewards keep their own top-level keys (reward/grounding, ...);
+        # the step's metrics are round 0's, the batch any run would have rolled out
         metrics = {
             k if k.startswith("reward/") else f"rollout/{k}": v
-            for k, v in rollout_metrics(trajectories, self.cfg.rollout.group_size).items()
+            for k, v in rollout_metrics(first, self.cfg.rollout.group_size).items()
         }
+        metrics.update(sampling)
+        if self.curriculum is not None:  # the level rises with measured success
+            metrics["curriculum/level"] = float(self.curriculum.level)
+            if self.curriculum.observe(metrics["rollout/success_rate"]):
+                self.train_envs.max_difficulty = self.curriculum.max_difficulty
+                self.logger.print(f"step {step + 1}: curriculum level -> {self.curriculum.level:g}")
         # token-exactness checks of the context: both should stay 0 (docs/ROLLOUT.md)
         for key in ("context_inexact", "context_fallbacks"):
             metrics[f"rollout/{key}"] = float(result.stats.get(key, 0.0))
