@@ -165,6 +165,8 @@ def sequence_logprobs(
 
     from ragen.algo import entropy_from_logits, logprobs_from_logits
 
+    from .head_logprobs import fusable_head, head_logprobs
+
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
     scale = 1.0 if not temperature else float(temperature)
@@ -197,10 +199,16 @@ def sequence_logprobs(
         hidden = backbone_hidden(backbone, input_ids, attention_mask, position_ids, shared)
         hidden = hidden[:, :-1]  # (B, T-1-shared, H)
         want = positions[:, 1:].bool()  # (B, T-1); False in the shared columns
-        logits = head(hidden[want[:, shared:]]).float() / scale  # (N, V), N = wanted tokens
         zeros = torch.zeros(want.shape, dtype=torch.float32, device=input_ids.device)
-        log_prob = zeros.masked_scatter(want, logprobs_from_logits(logits, targets[want]))
-        entropy = zeros.masked_scatter(want, entropy_from_logits(logits)) if with_entropy else None
+        wanted = hidden[want[:, shared:]]  # (N, H), N = wanted tokens
+        if fusable_head(head):  # head + softmax in row chunks: no (N, V) logits kept
+            lp, ent = head_logprobs(wanted, head, targets[want], scale, with_entropy)
+        else:
+            logits = head(wanted).float() / scale  # (N, V)
+            lp = logprobs_from_logits(logits, targets[want])
+            ent = entropy_from_logits(logits) if with_entropy else None
+        log_prob = zeros.masked_scatter(want, lp)
+        entropy = zeros.masked_scatter(want, ent) if with_entropy else None
     pad = torch.nn.functional.pad
     return pad(log_prob, (1, 0), value=0.0), (
         pad(entropy, (1, 0), value=0.0) if entropy is not None else None
