@@ -257,6 +257,11 @@ def build_replica(cfg: Any) -> Any:
     use_bf16 = cfg.trainer.bf16 and replica.device.type == "cuda" and torch.cuda.is_bf16_supported()
     replica.autocast = torch.autocast("cuda", dtype=torch.bfloat16) if use_bf16 else nullcontext()
     replica._build_models()
+    from ragen.models.memory import resolve_token_budget
+
+    replica.token_budget = resolve_token_budget(
+        replica.actor, replica.device, cfg.algo.micro_token_budget, "algo.micro_token_budget", 8192
+    )
     return replica
 
 

@@ -59,7 +59,8 @@ class SFTConfig:
     # (16384: 20%) and ran an epoch 1.3-1.4x faster with the same losses, but in one
     # demo-length run the grid phase change came later; kept at 16384 until measured on
     # more seeds (docs/RESULTS.md, "Rollout and update speed")
-    micro_token_budget: int = 16384
+    # 0 (auto): 16384, or what fits in free memory when less (ragen.models.memory)
+    micro_token_budget: int = 0
     lr: float = 5e-4
     # linear warm-up over this fraction of the optimizer steps, then cosine decay to 10%
     warmup_frac: float = 0.0
@@ -246,6 +247,7 @@ def train_sft(
     :class:`~ragen.errors.NonFiniteError`; with ``dump_dir`` the step's batch is saved in
     ``dump_dir/nonfinite/step_N`` first (``ragen.trainer.nonfinite``).
     """
+    from ragen.models.memory import resolve_token_budget
     from ragen.models.precision import autocast_for
     from ragen.models.vlm import is_processor, text_tokenizer
     from ragen.trainer.nonfinite import nonfinite_loss
@@ -265,6 +267,9 @@ def train_sft(
         optimizer, lambda s: sft_lr_factor(s, plan["total"], cfg.warmup_frac)
     )
     autocast = autocast_for(device, cfg.bf16)
+    budget = resolve_token_budget(
+        model, device, cfg.micro_token_budget, "micro_token_budget", 16384
+    )
     if heldout and processor is not None:
         raise UsageError("held-out fit is measured for text models only (no pixels)")
     probe_train = rng.sample(data, min(len(data), len(heldout))) if heldout else None
@@ -277,7 +282,7 @@ def train_sft(
         extra: dict = {}
         if heldout:
             for name, rows in (("heldout", heldout), ("train", probe_train)):
-                fit = sft_fit(model, rows, pad_id, cfg.micro_token_budget)
+                fit = sft_fit(model, rows, pad_id, budget)
                 extra.update({f"{name}_{k}": v for k, v in fit.items()})
         if on_epoch is not None:
             extra.update(on_epoch(model, tokenizer, epoch) or {})
@@ -295,7 +300,7 @@ def train_sft(
             batch = collate(rows, pad_id)
             total_tokens = float(batch.response_mask.sum())
             loss_sum, problem = 0.0, ""
-            for _, mb in micro_batches(batch, range(batch.size), cfg.micro_token_budget):
+            for _, mb in micro_batches(batch, range(batch.size), budget):
                 with autocast:
                     nll, _ = sft_loss(model, mb.to(device), processor)
                 problem = problem or nonfinite_loss(nll, "SFT loss", model)

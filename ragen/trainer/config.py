@@ -193,7 +193,9 @@ class AlgoConfig:
     loss_agg_mode: str = "token-mean"
     ppo_epochs: int = 1
     ppo_mini_batch_size: int = 32  # trajectories per optimizer step
-    micro_token_budget: int = 8192  # padded tokens per forward/backward micro-batch
+    # padded tokens per forward/backward micro-batch; 0 (auto): 8192, or what fits in the
+    # free memory when less (ragen.models.memory); too many to fit is an error at start
+    micro_token_budget: int = 0
     grad_clip: float = 1.0
     skip_grad_norm_above: float | None = (
         None  # skip the optimizer step when the grad norm exceeds this
@@ -536,7 +538,6 @@ def _check_ranges(cfg: TrainConfig) -> None:
         ("trainer.total_steps", t.total_steps),
         ("algo.ppo_epochs", a.ppo_epochs),
         ("algo.ppo_mini_batch_size", a.ppo_mini_batch_size),
-        ("algo.micro_token_budget", a.micro_token_budget),
         ("trainer.val_groups", t.val_groups),
     ):
         if value < 1:
@@ -646,6 +647,9 @@ def _check_ranges(cfg: TrainConfig) -> None:
               "null never skips; e.g. 10 skips optimizer steps whose grad norm exceeds 10")  # fmt: skip
     if t.val_temperature < 0:
         _fail("trainer.val_temperature", f"must be >= 0, got {t.val_temperature}", "0 is greedy")
+    if a.micro_token_budget < 0:
+        _fail("algo.micro_token_budget", f"must be >= 0, got {a.micro_token_budget}",
+              "0 picks what fits in memory; e.g. 8192")  # fmt: skip
     d = a.dynamic_sampling
     check_choice("algo.dynamic_sampling.on", d.on, ("success", "reward"))
     if d.max_rounds < 0:

@@ -167,6 +167,12 @@ class StarPOTrainer:
         )
         self._build_envs()  # first: an env that cannot play fails before a model loads
         self._build_models()
+        from ragen.models.memory import resolve_token_budget
+
+        # the micro-batch's tokens: what fits in memory, checked before the first step
+        self.token_budget = resolve_token_budget(
+            self.actor, self.device, cfg.algo.micro_token_budget, "algo.micro_token_budget", 8192
+        )
         self._build_rollout()
         from .checkpoint import CheckpointManager
 
@@ -816,7 +822,10 @@ class StarPOTrainer:
     def _micro_batches(self, batch: TrainingBatch, rows: Sequence[int] | None = None):
         """``(row_ids, micro_batch)`` pairs within ``algo.micro_token_budget``."""
         rows = range(batch.size) if rows is None else rows
-        return micro_batches(batch, rows, self.cfg.algo.micro_token_budget)
+        # an explicit budget as configured; auto (0) as resolved once at the start, so the
+        # micro-batches never depend on how much memory happens to be free mid-run
+        budget = self.cfg.algo.micro_token_budget or self.token_budget
+        return micro_batches(batch, rows, budget)
 
     @torch.no_grad()
     def compute_old_log_probs(self, batch: TrainingBatch, metrics: dict[str, float]) -> None:
