@@ -140,7 +140,12 @@ def test_train_two_steps(tiny_model_dir, tmp_path, cache):
 
     run = tmp_path / "run"
     args = [a for a in short_train_args(tiny_model_dir, run) if a != "env=sokoban"]
-    extra = ["env=textworld", f"env.config.cache_dir={cache}", "rollout.max_actions_per_turn=2"]
+    extra = [
+        "env=textworld",
+        f"env.config.cache_dir={cache}",
+        "env.train_states=2",  # two training games (each new game is compiled)
+        "rollout.max_actions_per_turn=2",
+    ]
     assert main([*args, *extra]) == 0
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2] and "val/success_rate" in rows[-1]

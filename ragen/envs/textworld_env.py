@@ -11,8 +11,11 @@ and compiles them with its bundled Inform 7 compiler, all offline. The adapter:
   difficulty settings (``nb_rooms``, ``nb_objects``, ``quest_length``, ``objective``),
   compiles it once into a cache folder (``cache_dir``, default
   ``$XDG_CACHE_HOME/ragen/textworld``, keyed by the settings, the seed and TextWorld's
-  version; written atomically, so processes can share it) and starts it. About 0.7 s
-  the first time a game is met, a few ms afterwards.
+  version; written atomically, so processes can share it) and starts it. A generated
+  game that its own walkthrough does not win (Inform's parser can find a command
+  ambiguous: "Which do you mean, the Henderson's box or the box?") is replaced by the
+  next draw, so every game is winnable. About 1 s the first time a game is met, a few ms
+  afterwards.
 * **admissible commands as the vocabulary**: every observation ends with the commands
   the game accepts in that state (``action_names`` returns them too). A command outside
   that list is an invalid action: it is never sent to the game, so nothing changes.
@@ -52,6 +55,7 @@ from ragen.errors import MissingDependencyError
 from .base import Env, StepResult, derive_seed, make_info, normalize_action
 
 OBJECTIVES = ("detailed", "brief")
+MAX_DRAWS = 10  # generated games tried per seed until one is won by its walkthrough
 _PROMPT_LINE = re.compile(r"^\s*>.*$")  # the game's input prompt (and status bar) line
 
 
@@ -144,6 +148,7 @@ class TextWorldEnv(Env):
     def game_file(self, seed: int) -> Path:
         """The compiled game of ``seed`` (generated and compiled on first use)."""
         settings = (
+            "walkthrough-checked",  # the generation rule (_compile); a new rule, new games
             self._tw.__version__,
             self.nb_rooms,
             self.nb_objects,
@@ -158,27 +163,56 @@ class TextWorldEnv(Env):
         return path
 
     def _compile(self, seed: int, path: Path) -> None:
+        """Generate and compile the game of ``seed``. A game whose own walkthrough does not
+        win it (Inform's parser can find a walkthrough command ambiguous, "Which do you
+        mean, the Henderson's box or the box?") is replaced by the next draw, so every
+        game is winnable by its walkthrough."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for attempt in range(MAX_DRAWS):
+            # compile in a private folder, then move into place: concurrent processes
+            # never see a half-written game (the .z8, moved last, marks a complete pair)
+            work = Path(tempfile.mkdtemp(prefix="compile-", dir=path.parent))
+            try:
+                compiled = self._compile_draw(seed, attempt, work / path.name)
+                if self._walkthrough_wins(compiled):
+                    os.replace(compiled.with_suffix(".json"), path.with_suffix(".json"))
+                    os.replace(compiled, path)
+                    return
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+        raise RuntimeError(
+            f"TextWorld: no winnable game in {MAX_DRAWS} draws for seed {seed} with "
+            f"nb_rooms={self.nb_rooms}, nb_objects={self.nb_objects}, "
+            f"quest_length={self.quest_length}; try other settings"
+        )
+
+    def _compile_draw(self, seed: int, attempt: int, target: Path) -> Path:
         from textworld import GameOptions
         from textworld.generator import compile_game, make_game
 
         options = GameOptions()
-        options.seeds = derive_seed("textworld", seed) % (2**31)
+        parts = ("textworld", seed) if attempt == 0 else ("textworld", seed, attempt)
+        options.seeds = derive_seed(*parts) % (2**31)
         options.nb_rooms, options.nb_objects = self.nb_rooms, self.nb_objects
         options.quest_length = self.quest_length
         options.grammar.only_last_action = self.objective == "brief"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # compile in a private folder, then move into place: concurrent processes never
-        # see a half-written game (the .z8, moved last, marks a complete pair)
-        work = Path(tempfile.mkdtemp(prefix="compile-", dir=path.parent))
+        options.path = str(target)
+        options.force_recompile = True
+        return Path(compile_game(make_game(options), options))
+
+    def _walkthrough_wins(self, path: Path) -> bool:
+        from textworld import EnvInfos
+
+        game = self._tw.start(str(path), request_infos=EnvInfos(won=True, extras=["walkthrough"]))
         try:
-            options.path = str(work / path.name)
-            options.force_recompile = True
-            game = make_game(options)
-            compiled = Path(compile_game(game, options))
-            os.replace(compiled.with_suffix(".json"), path.with_suffix(".json"))
-            os.replace(compiled, path)
+            state = game.reset()
+            for command in state["extra.walkthrough"] or []:
+                state, _, done = game.step(command)
+                if done:
+                    break
+            return bool(state["won"])
         finally:
-            shutil.rmtree(work, ignore_errors=True)
+            game.close()
 
     def _start(self, path: Path) -> None:
         from textworld import EnvInfos
