@@ -6,6 +6,7 @@ Run:
     OMP_NUM_THREADS=1 .venv/bin/python -m bench.bench_worlds               # the docs' numbers
     OMP_NUM_THREADS=1 .venv/bin/python -m bench.bench_worlds --episodes 10  # quick
     OMP_NUM_THREADS=1 .venv/bin/python -m bench.bench_worlds --textworld-timing
+    OMP_NUM_THREADS=1 .venv/bin/python -m bench.bench_worlds --openenv --episodes 50
 
 Each policy plays seeds ``0..N-1`` (dynamics seed ``1000 + seed``): the oracle (the env's
 solver) and the random reference policy (``env.random_action``), as ``ragen envs
@@ -13,7 +14,10 @@ solver) and the random reference policy (``env.random_action``), as ``ragen envs
 (the side alternates with the seed) against the random and the scripted opponent.
 TextWorld games are compiled into ``$XDG_CACHE_HOME/ragen/textworld`` on first use;
 ``--textworld-timing`` measures instead the wall time of a reset that generates,
-compiles and checks a new game, and of one that starts a cached game.
+compiles and checks a new game, and of one that starts a cached game. ``--openenv``
+plays the same policies on ragen envs served over OpenEnv (``env=openenv``, a local
+``ragen.envs.openenv_server.OpenEnvServer``) beside the local envs, with the time each
+took.
 """
 
 from __future__ import annotations
@@ -60,6 +64,29 @@ def textworld_timing(games: int = 10) -> None:
             env.close()
 
 
+def openenv_rates(n: int) -> None:
+    """The oracle and random rates of envs served over OpenEnv and of the same envs
+    played locally (the same seeds and dynamics seeds: the rates must agree)."""
+    from ragen.envs import make
+    from ragen.envs.openenv_server import OpenEnvServer
+
+    print(f"{'env':<22} {'via':<8} {'policy':<7} {'success':>8} {'return':>7} {'s':>6}")
+    for name in ("sokoban", "frozen_lake"):
+        with OpenEnvServer(name) as server:
+            for via, env in (("openenv", make("openenv", url=server.url)), ("local", make(name))):
+                for policy in ("oracle", "random"):
+                    t0 = time.perf_counter()
+                    runs = [play(env, policy, seed) for seed in range(n)]
+                    success = sum(bool(info.get("success")) for info, _, _ in runs) / n
+                    ret = sum(r for _, r, _ in runs) / n
+                    print(
+                        f"{name:<22} {via:<8} {policy:<7} {success:>8.0%} {ret:>7.2f}"
+                        f" {time.perf_counter() - t0:>6.1f}",
+                        flush=True,
+                    )
+                env.close()
+
+
 def main(argv: list[str] | None = None) -> None:
     from ragen.envs import make
 
@@ -68,9 +95,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--textworld-timing", action="store_true", help="time TextWorld resets instead"
     )
+    parser.add_argument(
+        "--openenv", action="store_true", help="served over OpenEnv vs local, instead"
+    )
     args = parser.parse_args(argv)
     if args.textworld_timing:
         textworld_timing()
+        return
+    if args.openenv:
+        openenv_rates(args.episodes)
         return
     n = args.episodes
     print(f"{'env':<22} {'policy':<7} {'success':>8} {'return':>7} {'steps':>6}  ({n} seeds)")
