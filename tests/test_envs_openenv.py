@@ -145,6 +145,14 @@ def test_failures_end_episodes_not_runs(caplog):
     _, _, terminated, truncated, _ = env.step("up")
     assert truncated and not terminated
     assert "ends truncated at reset" in caplog.text
+    # a server that goes away mid-episode: the episode ends truncated, the run goes on
+    server = AppServer(make_app()).start()
+    env = make("openenv", url=server.url, **GUESS)
+    env.reset(0)
+    server.stop()
+    _, _, terminated, truncated, info = env.step("3")
+    assert truncated and not terminated and info["remote_error"]
+    env.close()
     # a server with one session: the second client is told how to fix it
     with AppServer(make_app(max_sessions=1)) as server:
         first = make("openenv", url=server.url, **GUESS)

@@ -294,9 +294,10 @@ class OpenEnvEnv(Env):
             self.truncated = not self.terminated
 
     def _step(self, action: str) -> StepResult:
-        if self._client is None and self.error:
-            info = make_info(False, False, False, remote_error=self.error)
-            return self._obs, 0.0, False, True, info
+        if self._client is None:  # the session broke (a failed state call): never step a
+            reason = self.error or "the session to the server was lost"  # fresh one blind
+            self._fail("step", reason)
+            return self._obs, 0.0, False, True, make_info(False, False, False, remote_error=reason)
         try:
             payload = self._payload(action)
             result = self._call("step", lambda client: client.step(payload))
