@@ -42,6 +42,16 @@ def guess_server():
         yield server
 
 
+def test_missing_package_names_the_extra(monkeypatch):
+    from ragen.errors import MissingDependencyError
+
+    monkeypatch.setitem(sys.modules, "openenv.core", None)  # import -> ImportError
+    with pytest.raises(MissingDependencyError, match=r"pip install 'ragen\[openenv\]'"):
+        make("openenv", url="http://127.0.0.1:1")
+    with pytest.raises(MissingDependencyError, match=r"pip install 'ragen\[openenv\]'"):
+        OpenEnvServer("sokoban")
+
+
 def test_a_ragen_env_served_to_openenv_cores_own_client():
     with OpenEnvServer("sokoban") as server:
         schema = json.loads(urllib.request.urlopen(server.url + "/schema", timeout=10).read())

@@ -162,8 +162,9 @@ def openenv_types() -> tuple[type, type, type, type]:
 
         @property
         def state(self) -> RagenState:
-            self._state.oracle_action = None if self.env.done else self.env.oracle_action()
-            self._state.snapshot = repr(self.env.snapshot())
+            if self._state.seed is not None:  # an episode exists (stateless GET /state: none)
+                self._state.oracle_action = None if self.env.done else self.env.oracle_action()
+                self._state.snapshot = repr(self.env.snapshot())
             return self._state
 
         def get_metadata(self) -> Any:
