@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -c constraints.txt "torch==2.13.0"
-	$(PIP) install -q -c constraints.txt -e ".[dev,gym,textarena,scale]"
+	$(PIP) install -q -c constraints.txt -e ".[dev,gym,textarena,scale,openenv,reasoning-gym,textworld]"
 	touch $(STAMP)
 
 test: setup

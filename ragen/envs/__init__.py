@@ -136,3 +136,73 @@ register(
     "ragen.envs.remote:RemoteEnv",
     "An environment served over HTTP by `ragen serve-env NAME` (url=http://HOST:PORT)",
 )
+
+# -- worlds users already have (optional extras; docs/ENVIRONMENTS.md) ---------------------------
+register(
+    "openenv",
+    "ragen.envs.openenv_adapter:OpenEnvEnv",
+    "Any OpenEnv environment server (url=http://HOST:PORT); needs ragen[openenv]",
+)
+_RG = "ragen.envs.reasoning_gym_env:ReasoningGymEnv"
+register(
+    "reasoning_gym",
+    _RG,
+    "reasoning-gym task generators by name (task=..., task_config=...); needs ragen[reasoning-gym]",
+)
+register(
+    "rg_arithmetic",
+    _RG,
+    "reasoning-gym basic_arithmetic, 2-3 terms of 1-2 digits (single turn); ragen[reasoning-gym]",
+    task="basic_arithmetic",
+    task_config={"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 2},
+)
+register(
+    "rg_arithmetic_retry",
+    _RG,
+    "rg_arithmetic with 3 answers: retry after feedback (multi-turn); ragen[reasoning-gym]",
+    task="basic_arithmetic",
+    task_config={"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 2},
+    max_attempts=3,
+)
+register(
+    "rg_puzzles",
+    _RG,
+    "reasoning-gym mix: mini_sudoku, knights_knaves, word_sorting (seed picks); "
+    "ragen[reasoning-gym]",
+    task=["mini_sudoku", "knights_knaves", "word_sorting"],
+)
+_TW = "ragen.envs.textworld_env:TextWorldEnv"
+register(
+    "textworld",
+    _TW,
+    "TextWorld text adventure per seed: 3 rooms, 3-command quest; needs ragen[textworld]",
+)
+register(
+    "textworld_hard",
+    _TW,
+    "TextWorld: 6 rooms, 10 objects, 6-command quest, brief objective; needs ragen[textworld]",
+    nb_rooms=6,
+    nb_objects=10,
+    quest_length=6,
+    objective="brief",
+    max_steps=80,
+)
+_DUEL = "ragen.envs.textarena_two_player:TwoPlayerTextArenaEnv"
+register(
+    "ta_tictactoe",
+    _DUEL,
+    "TextArena Tic Tac Toe vs a scripted opponent, either side; needs ragen[textarena]",
+    game="TicTacToe-v0",
+)
+register(
+    "ta_connect_four",
+    _DUEL,
+    "TextArena Connect Four vs a scripted opponent, either side; needs ragen[textarena]",
+    game="ConnectFour-v0",
+)
+register(
+    "ta_nim",
+    _DUEL,
+    "TextArena Nim (piles 3 4 5) vs a scripted opponent, either side; needs ragen[textarena]",
+    game="Nim-v0",
+)

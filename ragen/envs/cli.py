@@ -8,6 +8,7 @@
     ragen play frozen_lake --solver --set p=1/3 --set size=5
     ragen play sokoban --set levels=handmade --seed 1
     ragen serve-env sokoban --port 8765   # serve it over HTTP (train with env=remote)
+    ragen serve-env sokoban --protocol openenv --port 8000   # ... to OpenEnv clients (TRL)
 
 Also :func:`solver_summary` (oracle vs random reference policies per env), used by
 the demo.
@@ -64,6 +65,13 @@ def add_parser(subparsers: Any) -> None:
         "url=http://HOST:PORT`.",
     )
     serve.add_argument("env", help="registered environment name (see `ragen envs`)")
+    serve.add_argument(
+        "--protocol",
+        choices=("ragen", "openenv"),
+        default="ragen",
+        help="ragen: this project's JSON protocol (env=remote); openenv: OpenEnv's HTTP + "
+        "WebSocket API for OpenEnv clients such as TRL (env=openenv; needs ragen[openenv])",
+    )
     serve.add_argument("--port", type=int, default=8765, help="TCP port (0: any free port)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: all)")
     serve.add_argument(
@@ -173,6 +181,11 @@ def cmd_serve_env(args: argparse.Namespace) -> int:
 
     config = parse_overrides(args.overrides)
     make_from_cli(args.env, config).close()  # a bad option: one line, before binding
+    if args.protocol == "openenv":
+        from .openenv_server import serve_openenv
+
+        serve_openenv(args.env, config, args.host, args.port, args.max_episodes, args.quiet)
+        return 0
     try:
         serve(
             args.env,
