@@ -149,6 +149,12 @@ class RemoteEnv(Env):
                 raise RemoteEnvError(f"{path}: not an HTTP reply ({type(err).__name__})") from None
             except (urllib.error.URLError, ConnectionError, OSError) as err:
                 reason = getattr(err, "reason", err)
+                if isinstance(reason, (BrokenPipeError, ConnectionResetError)) and (
+                    busy < BUSY_RETRIES
+                ):  # a busy server's 503 can arrive as a reset: it read nothing, ask again
+                    time.sleep(min(2.0, max(self.retry_wait, 0.05) * 2**busy))
+                    busy += 1
+                    continue
                 if isinstance(reason, TimeoutError):
                     raise RemoteEnvError(
                         f"{path}: no reply within timeout={self.timeout:g}s"

@@ -442,15 +442,14 @@ class _Server(ThreadingHTTPServer):
                 + f"Content-Length: {len(_BUSY)}\r\nConnection: close\r\n\r\n".encode()
                 + _BUSY
             )
-            # a lingering close: closing with the client's request still unread would
-            # reset the connection, and the client would see a broken pipe instead of
-            # the 503 it can wait out; so read (and drop) what it sends, briefly
-            request.shutdown(socket.SHUT_WR)
-            request.settimeout(0.2)
+            # closing with the client's request still unread would reset the connection
+            # (the client would see a broken pipe, not the 503 it can wait out): drop
+            # what has arrived, without waiting (this is the accept loop's thread)
+            request.setblocking(False)
             while request.recv(65536):
                 pass
         except OSError:
-            pass  # the client is gone already, or sends for longer than we listen
+            pass  # nothing more has arrived, or the client is gone already
         finally:
             self.shutdown_request(request)
 
