@@ -35,3 +35,42 @@ def test_smollm2_greedy_chat_reply():
     )[0]
     assert gen.finish_reason in ("eos", "length") and len(gen.token_ids) > 0
     assert "Paris" in gen.text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env", ["sokoban", "frozen_lake"])
+def test_smollm2_sft_then_one_rl_step_on_a_grid(env, tmp_path):
+    """The real model as a grid agent end to end: SFT on the solver's moves (clean
+    labels, noisy states), then one RL step from that warm start, both saved as HF
+    folders that load again."""
+    import json
+
+    from ragen.agent.rollout import RolloutConfig
+    from ragen.cli import main
+    from ragen.models import load_policy
+    from ragen.sft.trainer import SFTConfig, run_sft
+
+    rollout = RolloutConfig(
+        max_turns=2, max_actions_per_turn=1, context_window=0, max_new_tokens=12,
+        prompt_style="compact", reasoning="no_think",
+    )  # fmt: skip
+    cfg = SFTConfig(
+        env=env, rollout=rollout, episodes=2, epsilon=0.5, epochs=1, batch_size=4, lr=5e-5
+    )
+    sft = run_sft(str(GGUF), tmp_path / "sft", cfg, log=lambda m: None, device="cpu")
+    history = [json.loads(line) for line in (sft / "sft_metrics.jsonl").open()]
+    assert history and all(r["loss"] > 0 for r in history)
+    run = tmp_path / "rl"
+    args = [
+        "train", f"env={env}", "algo=drgrpo", f"model.path={sft}", "model.device=cpu",
+        "rollout.env_groups=1", "rollout.group_size=2", "rollout.max_turns=2",
+        "rollout.max_actions_per_turn=1", "rollout.context_window=0",
+        "rollout.max_new_tokens=12", "rollout.prompt_style=compact",
+        "rollout.reasoning=no_think", "algo.ppo_mini_batch_size=4",
+        "trainer.total_steps=1", "trainer.val_every=0", "trainer.save_every=1",
+        "trainer.console=false", "trainer.tensorboard=false", f"trainer.run_dir={run}",
+    ]  # fmt: skip
+    assert main(args) == 0
+    (actor,) = (run / "checkpoints").glob("step_*/actor")
+    model, _ = load_policy(actor, device="cpu")
+    assert model.config.model_type == "llama"
