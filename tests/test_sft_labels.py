@@ -1,6 +1,7 @@
 """SFT targets are the solver's moves: noisy or learner rollouts pick the states visited,
 never the labels (DAgger's data), and the warm start's fit is measured on a held-out slice."""
 
+import math
 import random
 
 import pytest
@@ -151,3 +152,21 @@ def test_fit_is_measured_on_a_heldout_slice(tiny_model_dir):
             assert 0.0 <= r[f"{k}_reply_accuracy"] <= 1.0
             assert 0.0 <= r[f"{k}_token_accuracy"] <= 1.0
     assert ends[-1]["train_loss"] < ends[0]["train_loss"]  # it learns what it is taught
+
+
+def test_a_time_budget_shortens_the_schedule_so_it_still_decays(tiny_model_dir, monkeypatch):
+    import itertools
+
+    import ragen.sft.trainer as sft
+    from ragen.models import load_policy
+
+    model, tok = load_policy(tiny_model_dir, device="cpu", dtype=torch.float32)
+    cfg = SFTConfig(env="frozen_lake", episodes=8, rollout=WINDOWED, epochs=30, batch_size=2,
+                    max_seconds=0.4, lr=1e-3)  # fmt: skip
+    data = make_expert_data(tok, cfg)
+    total = math.ceil(len(data) / cfg.batch_size) * cfg.epochs
+    clock = itertools.count(0.0, 0.01)  # a fake clock: 10 ms per reading, about one per step
+    monkeypatch.setattr(sft.time, "perf_counter", lambda: next(clock))
+    history = train_sft(model, tok, data, cfg, log=lambda m: None)
+    assert sft.BUDGET_PROBE_STEPS < len(history) < total  # stopped at what fits ...
+    assert history[-1]["lr"] == pytest.approx(1e-4)  # ... with the decay run to 10% of peak

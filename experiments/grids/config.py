@@ -39,6 +39,8 @@ class SFTStage:
     # does the warm start solve what it was taught? 0 = not measured
     fit_episodes: int = 0
     shared: bool = False  # one warm start per env (seed 0), reused by every RL seed
+    aux_reasoning: str | None = None  # an auxiliary reply format also trained on
+    aux_episodes: int = 0  # its episodes
 
 
 @dataclass

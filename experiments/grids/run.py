@@ -151,6 +151,8 @@ def warm_job(out: Path, cfg: StudyConfig, env: str, seed: int) -> dict[str, Any]
         micro_token_budget=s.micro_token_budget,
         bf16=s.bf16,
         max_seconds=s.max_seconds,
+        aux_reasoning=s.aux_reasoning,
+        aux_episodes=s.aux_episodes,
         seed=seed,
     )
 

@@ -30,7 +30,10 @@ from ragen.trainer.batching import TrainingBatch, collate, micro_batches
 SFT_SEED_STEP = 10_000_000  # the training-seed step SFT's expert episodes start from
 SFT_HELDOUT_STEP = 10_000_001  # ... and the step of the held-out slice (never trained on)
 SFT_LABELS = ("expert", "played")
-BUDGET_PROBE_STEPS = 20  # optimizer steps timed before a time budget shortens the schedule
+# a time budget times optimizer steps WARMUP_STEPS+1 .. BUDGET_PROBE_STEPS (the first ones
+# pay one-off costs: kernel selection, CUDA context, caches) before shortening the schedule
+BUDGET_WARMUP_STEPS = 5
+BUDGET_PROBE_STEPS = 25
 
 
 @dataclass
@@ -69,6 +72,12 @@ class SFTConfig:
     # data) whose loss and per-token accuracy are measured after every epoch: does the
     # warm start fit what it was taught? 0 = no held-out slice
     heldout_episodes: int = 0
+    # an auxiliary reply format also trained on (e.g. "grounding": the expert first states
+    # the facts of the state, player and goal by coordinates), on aux_episodes more
+    # episodes: a dense target for reading the grid that the model's own format
+    # (rollout.reasoning, what RL and evaluation play) shares its circuits with
+    aux_reasoning: str | None = None
+    aux_episodes: int = 0
     # wall-clock budget of the optimizer steps (None: every epoch): after the first
     # steps the schedule is shortened to the steps that fit, so warm-up and decay still
     # run their course
@@ -127,6 +136,16 @@ class SFTConfig:
             raise ConfigError(f"warmup_frac must be in [0, 1), got {self.warmup_frac}")
         if self.max_seconds is not None and not 0 < self.max_seconds < float("inf"):
             raise ConfigError(f"max_seconds must be null or a number > 0, got {self.max_seconds}")
+        if self.aux_reasoning is not None:
+            from ragen.agent.reasoning import REASONING_FORMATS
+
+            if self.aux_reasoning not in REASONING_FORMATS:
+                raise ConfigError(
+                    f"aux_reasoning={self.aux_reasoning!r} is not a reply format; use one of "
+                    f"{', '.join(REASONING_FORMATS)}"
+                )
+        if self.aux_episodes < 0:
+            raise ConfigError(f"aux_episodes must be >= 0, got {self.aux_episodes}")
         if self.heldout_episodes < 0:
             raise ConfigError(f"heldout_episodes must be >= 0, got {self.heldout_episodes}")
 
@@ -191,6 +210,16 @@ def make_expert_data(
             f"{cfg.episodes} episodes. Fix: only_successful=false, or a lower epsilon"
         )
     return data
+
+
+def auxiliary_config(cfg: SFTConfig) -> SFTConfig:
+    """The config of the auxiliary data: ``cfg`` with the auxiliary reply format, its own
+    episode count and other training states (a seed no other data uses)."""
+    rollout = replace(cfg.rollout, reasoning=cfg.aux_reasoning)
+    return replace(
+        cfg, rollout=rollout, episodes=cfg.aux_episodes, seed=cfg.seed + 7919,
+        aux_reasoning=None, aux_episodes=0, heldout_episodes=0,
+    )  # fmt: skip
 
 
 def _expert_labelled(t: Trajectory) -> bool:
@@ -330,9 +359,12 @@ def train_sft(
                 log(
                     f"sft step {step}/{plan['total']} epoch {epoch} loss {record['loss']:.4f} ({record['elapsed_s']:.0f}s)"
                 )
+            if step == BUDGET_WARMUP_STEPS:
+                probe_tic = time.perf_counter()
             if cfg.max_seconds is not None and step == BUDGET_PROBE_STEPS:
-                per_step = (time.perf_counter() - tic) / step
-                fits = step + int(max(0.0, cfg.max_seconds - per_step * step) / per_step)
+                spent = time.perf_counter() - tic
+                per_step = (time.perf_counter() - probe_tic) / (step - BUDGET_WARMUP_STEPS)
+                fits = step + int(max(0.0, cfg.max_seconds - spent) / per_step)
                 if fits < plan["total"]:
                     log(f"sft: {per_step:.2f}s per step, {fits} of {plan['total']} steps fit")
                     plan["total"] = fits
@@ -427,6 +459,10 @@ def run_sft(
     torch.manual_seed(cfg.seed)
     log(f"generating {cfg.episodes} expert episodes on {cfg.env} (epsilon={cfg.epsilon})")
     data = make_expert_data(tokenizer, cfg)
+    if cfg.aux_reasoning and cfg.aux_episodes:
+        aux = make_expert_data(tokenizer, auxiliary_config(cfg))
+        log(f"auxiliary data ({cfg.aux_reasoning}): {len(aux)} samples")
+        data = data + aux
     success = sum(t.success for t in data) / len(data)
     log(
         f"expert data: {len(data)} samples, expert success {success:.2%}, "
