@@ -25,6 +25,10 @@ class SamplingParams:
     max_new_tokens: int = 128
     stop_strings: list[str] = field(default_factory=lambda: ["</answer>"])
     seed: int | None = None  # seeds a torch.Generator per call: same seed -> same samples
+    # keep each row's K/V for a later call whose prompts extend it (an engine's prefix
+    # store); False when the caller knows none will (rollout.context_window=0: every
+    # prompt is a fresh system + user message), which saves copying them
+    keep_kv: bool = True
 
 
 @dataclass

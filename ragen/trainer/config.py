@@ -229,6 +229,10 @@ class TrainerSection:
     # reasoning/cond_entropy and reasoning/mutual_info from n x n cross-prompt scoring of
     # this many groups per step (0 disables; ragen.trainer.reasoning_stats)
     reasoning_samples: int = 8
+    # one forward per model where the step allows it (one PPO epoch over one minibatch):
+    # the update's forward gives the old log-probs, the critic's update forward the values
+    # (ragen.trainer.onepass, docs/SPEED.md); false: separate scoring passes, same numbers
+    fuse_passes: bool = True
     console: bool = True
     tensorboard: bool = True
     wandb: bool = False
