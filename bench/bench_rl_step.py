@@ -272,7 +272,7 @@ def worker_args(args) -> list[str]:
     return out
 
 
-PHASES = ("rollout", "prepare", "old_log_prob", "advantage", "update")
+PHASES = ("rollout", "reasoning_stats", "prepare", "old_log_prob", "advantage", "update")
 
 
 def summarize(result: dict) -> dict[str, float]:

@@ -811,16 +811,28 @@ class HFEngine:
         start = width - block
         if start <= 0:
             return 0
+        import torch
+
         like = next(h for h in hits if h)
+        # rows copying the same stored entry over the same columns take ONE copy per layer
+        # (the shared prefix of a call: every row), not one per row (a kernel each on a GPU)
+        copies: dict[tuple[int, int], list[int]] = {}
+        for row, (prompt, hit) in enumerate(zip(prompts, hits)):
+            n_copy = len(prompt) - block  # positions of this row left of the block
+            if n_copy > 0:
+                copies.setdefault((id(hit), n_copy), []).append(row)
+        entries = {id(h): h for h in hits if h}
+        plan = [
+            (entries[key], n, torch.tensor(rows, dtype=torch.long, device=self.device))
+            for (key, n), rows in copies.items()
+        ]
         for layer_index, layer in enumerate(layers):
             k, v = like.keys[layer_index], like.values[layer_index]
             layer.allocate(len(prompts), k.shape[0::2], v.shape[0::2], k)
-            for row, (prompt, hit) in enumerate(zip(prompts, hits)):
-                n_copy = len(prompt) - block  # positions of this row left of the block
-                if n_copy > 0:
-                    col = width - len(prompt)
-                    layer._key_buffer[row, :, col:start] = hit.keys[layer_index][:, :n_copy]
-                    layer._value_buffer[row, :, col:start] = hit.values[layer_index][:, :n_copy]
+            for hit, n_copy, rows in plan:
+                cols = slice(start - n_copy, start)  # right-aligned: col = width - len(prompt)
+                layer._key_buffer[rows, :, cols] = hit.keys[layer_index][None, :, :n_copy]
+                layer._value_buffer[rows, :, cols] = hit.values[layer_index][None, :, :n_copy]
             layer.length = start
             layer._set_views()
         self.stats.reused_prompt_tokens += sum(max(0, len(p) - block) for p in prompts)
