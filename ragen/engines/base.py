@@ -13,8 +13,9 @@ from typing import Protocol
 
 #: ``model.engine`` choices (``ragen.engines.compiled.make_hf_engine`` builds them): the
 #: eager loop, the static step (default), the compiled step, the static step with bf16
-#: matmuls and K/V (opt-in, not exact)
-ENGINE_CHOICES = ("eager", "static", "compiled", "static-bf16")
+#: matmuls and K/V (opt-in, not exact), the static step replayed as CUDA graphs on a GPU
+#: (opt-in, not yet measured on one; ``ragen.engines.graphs``)
+ENGINE_CHOICES = ("eager", "static", "compiled", "static-bf16", "static-graphs")
 
 
 @dataclass

@@ -633,7 +633,7 @@ class HFEngine:
             self.stats.duplicate_prompts += batch - len(distinct)
             logits, attention, next_position = logits[index], attention[index], next_position[index]
         self.stats.prefill_seconds += time.perf_counter() - prefill_start
-        attention = self._decode_mask(attention, width + max_new)
+        attention = self._start_decode(cache, attention, width + max_new)
         out = _DecodeBuffers(batch, max_new, device)
         stops = list(params.stop_strings or [])
         is_end = self._end_table(logits.shape[-1], device)
@@ -661,7 +661,7 @@ class HFEngine:
                 if layers and keep_kv:
                     self._keep_rows(new_store, layers, ~alive, rows, prompts, out, width)
                 index = alive.nonzero().flatten()
-                cache.batch_select_indices(index)
+                self._compact(cache, index)
                 attention, ids, next_position = attention[index], ids[index], next_position[index]
                 rows, alive = rows[index], alive[index]
             attention, logits = self._decode_step(cache, attention, ids, next_position)
@@ -757,6 +757,18 @@ class HFEngine:
         return fn
 
     # -- the decode step; ragen.engines.compiled overrides these three ------------------
+    def _start_decode(self, cache, attention, capacity: int):
+        """After the prefill: the per-row attention state the decode steps carry."""
+        return self._decode_mask(attention, capacity)
+
+    def _compact(self, cache, index) -> None:
+        """Keep batch rows ``index`` (the finished ones leave the cache)."""
+        cache.batch_select_indices(index)
+
+    def _physical_row(self, b: int) -> int:
+        """The cache row holding batch row ``b`` (the same, unless rows stay in place)."""
+        return b
+
     def _decode_mask(self, attention, capacity: int):
         """The per-row attention state the decode steps carry (here: the 2-D 0/1 mask of
         the prompt columns, one column appended per step); row-indexable."""
@@ -838,8 +850,7 @@ class HFEngine:
         self.stats.reused_prompt_tokens += sum(max(0, len(p) - block) for p in prompts)
         return start
 
-    @staticmethod
-    def _keep_rows(store, layers, which, rows, prompts, out, width: int) -> None:
+    def _keep_rows(self, store, layers, which, rows, prompts, out, width: int) -> None:
         """Store K/V of ``prompt + ids[:-1]`` (the last sampled id was never fed) of the
         batch rows where ``which`` is True."""
         for b in which.nonzero().flatten().tolist():
@@ -849,7 +860,7 @@ class HFEngine:
                 continue
             first, end = width - len(prompts[row]), width + n - 1
             ids = tuple(prompts[row]) + tuple(out.ids[row, : n - 1].tolist())
-            store.add(_PrefixEntry.copied(ids, layers, b, first, end))
+            store.add(_PrefixEntry.copied(ids, layers, self._physical_row(b), first, end))
 
     def _end_table(self, vocab: int, device):
         """``(vocab,)`` bool: True at the EOS ids (looked up by the sampled ids)."""

@@ -96,6 +96,7 @@ class ModelConfig:
     # generation engine (ragen.engines.compiled): eager | static (faster decode step, same
     # samples) | compiled (static + torch.compile, a one-off compile of seconds to minutes)
     # | static-bf16 (static with bf16 matmuls and K/V: faster, NOT exact; docs/MODELS.md)
+    # | static-graphs (static replayed as CUDA graphs on a GPU; opt-in, docs/SPEED.md)
     engine: str = "static"
     actor_lr: float = 1e-6
     critic_lr: float = 1e-5
