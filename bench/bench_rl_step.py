@@ -1,6 +1,6 @@
 """The demo's RL step, whole: episodes trained per second, phase by phase, old code vs new.
 
-Profile one configuration (this checkout)::
+Profile one configuration (this checkout, or ``--tree DIR``: another checkout's code)::
 
     OMP_NUM_THREADS=1 .venv/bin/python -m bench.bench_rl_step --model runs/demo/frozen_lake/sft \\
         --groups 64 --group-size 4 --steps 2 --profile
@@ -167,6 +167,7 @@ def install_timers(trainer) -> Timers:
         (type(trainer), "compute_values", "values"),
         (type(trainer), "compute_advantages", "advantages"),
         (type(trainer), "_log_trajectories", "trajectory log"),
+        (type(trainer), "_critic_update_pass", "critic update (gives the values)"),
         (type(trainer), "update", "update"),
         (type(trainer), "_actor_minibatch", "actor"),
         (type(trainer), "_critic_minibatch", "critic"),
@@ -319,12 +320,13 @@ def compare_metrics(old: dict, new: dict) -> tuple[float, str]:
 def driver(args) -> None:
     new_tree = REPO
     if args.old is None:
-        result = run_worker(args, new_tree, profile=args.profile)
+        tree = Path(args.tree).resolve() if args.tree else new_tree
+        result = run_worker(args, tree, profile=args.profile)
         s = summarize(result)
-        print(f"{s['episodes_per_s']:.2f} episodes/s, step {s['wall']:.2f} s")
+        print(f"{tree}: {s['episodes_per_s']:.2f} episodes/s, step {s['wall']:.2f} s")
         print("  " + ", ".join(f"{p} {s[p]:.2f}" for p in PHASES))
         if args.profile:
-            print_profile(result, "this checkout")
+            print_profile(result, str(tree))
         return
     old_tree = Path(args.old).resolve()
     print(
@@ -389,6 +391,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--reasoning", default=None, help="reply format (default: the demo's)")
     p.add_argument("--set", action="append", default=[], help="more KEY=VALUE overrides")
     p.add_argument("--old", default=None, help="a checkout of the old code to compare with")
+    p.add_argument("--tree", default=None, help="without --old: profile this checkout instead")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--profile", action="store_true", help="time the step's parts")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
