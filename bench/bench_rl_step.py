@@ -209,15 +209,16 @@ def worker(args) -> None:
                 for step in range(args.warmup + args.steps):
                     if timers:
                         timers.reset()
-                    tic = time.perf_counter()
+                    tic, cpu = time.perf_counter(), time.process_time()
                     metrics = trainer.train_step(step)
-                    wall = time.perf_counter() - tic
+                    wall, cpu = time.perf_counter() - tic, time.process_time() - cpu
                     if step < args.warmup:
                         continue
                     steps.append(
                         {
                             "step": step,
                             "wall": wall,
+                            "cpu": cpu,
                             "metrics": {k: float(v) for k, v in metrics.items()},
                             "profile": dict(timers.seconds) if timers else {},
                             "calls": dict(timers.calls) if timers else {},
@@ -280,10 +281,12 @@ def summarize(result: dict) -> dict[str, float]:
     """Median over counted steps of wall seconds and each trainer phase."""
     steps = result["steps"]
     out = {"wall": statistics.median(s["wall"] for s in steps)}
+    out["cpu"] = statistics.median(s.get("cpu", float("nan")) for s in steps)
     for phase in PHASES:
         vals = [s["metrics"].get(f"timing/{phase}", 0.0) for s in steps]
         out[phase] = statistics.median(vals)
     out["episodes_per_s"] = result["episodes"] / out["wall"]
+    out["episodes_per_cpu_s"] = result["episodes"] / out["cpu"]
     return out
 
 
@@ -343,32 +346,30 @@ def driver(args) -> None:
             runs[name].append(res)
             s = summarize(res)
             print(
-                f"round {r + 1} {name}: step {s['wall']:.2f} s, {s['episodes_per_s']:.2f} "
-                "episodes/s (" + ", ".join(f"{p} {s[p]:.2f}" for p in PHASES) + ")",
+                f"round {r + 1} {name}: step {s['wall']:.2f} s ({s['cpu']:.2f} CPU s), "
+                f"{s['episodes_per_s']:.2f} episodes/s ("
+                + ", ".join(f"{p} {s[p]:.2f}" for p in PHASES)
+                + ")",
                 flush=True,
             )
     med = {
         name: {
             k: statistics.median(summarize(res)[k] for res in results)
-            for k in ("wall", "episodes_per_s", *PHASES)
+            for k in ("wall", "cpu", "episodes_per_s", "episodes_per_cpu_s", *PHASES)
         }
         for name, results in runs.items()
     }
-    pairs = [
-        summarize(n)["episodes_per_s"] / summarize(o)["episodes_per_s"]
-        for o, n in zip(runs["old"], runs["new"])
-    ]
-    print(f"\n{'phase':<14} {'old s':>8} {'new s':>8} {'old/new':>8}")
-    for k in ("wall", *PHASES):
+    print(f"\n{'phase (median)':<16} {'old s':>8} {'new s':>8} {'old/new':>8}")
+    for k in ("wall", "cpu", *PHASES):
         o, n = med["old"][k], med["new"][k]
-        print(f"{k:<14} {o:8.2f} {n:8.2f} {o / n if n else float('inf'):8.2f}x")
-    ratio = med["new"]["episodes_per_s"] / med["old"]["episodes_per_s"]
-    print(
-        f"\nepisodes/s: old {med['old']['episodes_per_s']:.2f}, new "
-        f"{med['new']['episodes_per_s']:.2f}: new/old {ratio:.2f}x (pairs: "
-        + ", ".join(f"{p:.2f}" for p in pairs)
-        + ")"
-    )
+        print(f"{k:<16} {o:8.2f} {n:8.2f} {o / n if n else float('inf'):8.2f}x")
+    for key, what in (("episodes_per_s", "episodes/s"), ("episodes_per_cpu_s", "per CPU s")):
+        pairs = [summarize(n)[key] / summarize(o)[key] for o, n in zip(runs["old"], runs["new"])]
+        ratio = med["new"][key] / med["old"][key]
+        print(
+            f"{what}: old {med['old'][key]:.2f}, new {med['new'][key]:.2f}: new/old "
+            f"{ratio:.2f}x (pairs: " + ", ".join(f"{p:.2f}" for p in pairs) + ")"
+        )
     same = runs["old"][0]["digest"] == runs["new"][0]["digest"]
     worst, where = compare_metrics(runs["old"][0], runs["new"][0])
     print(
