@@ -174,7 +174,39 @@ def sample_next_token(
     ``u * total``. One random number per row instead of ``torch.multinomial``'s per-row
     setup: on CPU multinomial cost ~6 ms per step of 128 rows x 3k vocab, a third of a
     decode step. Drawing ``u`` outside lets a compiled step reproduce the same ids.
+
+    On a CPU the rows go in chunks of about :data:`SAMPLE_CHUNK_ELEMENTS` logits, so the
+    pass's ``(rows, V)`` temporaries stay in cache; every step is per row, so the ids and
+    log-probs are bitwise those of one pass (the uniforms are drawn once, up front).
     """
+    import torch
+
+    if temperature > 0 and uniform is None:
+        uniform = torch.rand(logits.shape[0], generator=generator, device=logits.device)
+    rows = logits.shape[0]
+    if logits.device.type == "cpu":
+        rows = max(1, SAMPLE_CHUNK_ELEMENTS // max(logits.shape[-1], 1))
+    if rows >= logits.shape[0]:
+        return _sample_rows(logits, temperature, top_p, top_k, uniform)
+    parts = [
+        _sample_rows(
+            logits[i : i + rows],
+            temperature,
+            top_p,
+            top_k,
+            None if uniform is None else uniform[i : i + rows],
+        )
+        for i in range(0, logits.shape[0], rows)
+    ]
+    return torch.cat([ids for ids, _ in parts]), torch.cat([lp for _, lp in parts])
+
+
+#: logits per chunk of rows :func:`sample_next_token` draws at once on a CPU (1 MB)
+SAMPLE_CHUNK_ELEMENTS = 1 << 18
+
+
+def _sample_rows(logits, temperature: float, top_p: float, top_k: int, uniform):
+    """:func:`sample_next_token` on one block of rows (``uniform`` drawn already)."""
     import torch
 
     logits = logits.float()
@@ -184,8 +216,6 @@ def sample_next_token(
     if temperature == 0:
         ids = logp.argmax(dim=-1)
     else:
-        if uniform is None:
-            uniform = torch.rand(logp.shape[0], generator=generator, device=logp.device)
         ids = inverse_cdf_sample(truncate_logprobs(logp, top_p, top_k), uniform)
     return ids, logp.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
 

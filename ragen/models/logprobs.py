@@ -350,7 +350,7 @@ def sequence_logprobs(
             use_cache=False,
             **model_inputs,
         ).logits[:, :-1]
-        logits = logits.float() / scale  # (B, T-1, V): row t-1 predicts token t
+        logits = _scaled(logits, scale)  # (B, T-1, V): row t-1 predicts token t
         log_prob = logprobs_from_logits(logits, targets)
         entropy = entropy_from_logits(logits) if with_entropy else None
         if positions is not None:
@@ -369,7 +369,7 @@ def sequence_logprobs(
         hidden = backbone_hidden(backbone, input_ids, attention_mask, position_ids, shared, groups)
         hidden = hidden[:, :-1]  # (B, T-1-shared, H)
         want = positions[:, 1:].bool()  # (B, T-1); False in the shared columns
-        logits = head(hidden[want[:, shared:]]).float() / scale  # (N, V), N = wanted tokens
+        logits = _scaled(head(hidden[want[:, shared:]]), scale)  # (N, V), N = wanted tokens
         zeros = torch.zeros(want.shape, dtype=torch.float32, device=input_ids.device)
         log_prob = zeros.masked_scatter(want, logprobs_from_logits(logits, targets[want]))
         entropy = zeros.masked_scatter(want, entropy_from_logits(logits)) if with_entropy else None
@@ -377,6 +377,13 @@ def sequence_logprobs(
     return pad(log_prob, (1, 0), value=0.0), (
         pad(entropy, (1, 0), value=0.0) if entropy is not None else None
     )
+
+
+def _scaled(logits, scale: float):
+    """``logits.float() / scale``, without the (N, V) copy a division by 1 would make
+    (``x / 1.0`` is ``x`` bit for bit)."""
+    logits = logits.float()
+    return logits if scale == 1.0 else logits / scale
 
 
 def token_logprobs(model, input_ids, attention_mask=None, temperature: float = 1.0):
