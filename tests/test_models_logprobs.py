@@ -142,7 +142,7 @@ def test_shared_prefix_with_lora_and_without_gradient_checkpointing(model_and_ba
 
     from peft import LoraConfig, get_peft_model
 
-    from ragen.models.logprobs import _shares_prefix, split_head
+    from ragen.models.logprobs import prefix_sharing_allowed, split_head
 
     model, ids, attn, positions = _shared_batch(model_and_batch)
     peft = get_peft_model(
@@ -157,7 +157,7 @@ def test_shared_prefix_with_lora_and_without_gradient_checkpointing(model_and_ba
     local.gradient_checkpointing_enable()
     local.train()
     backbone = split_head(local)[0]
-    assert not _shares_prefix(backbone)  # transformers would drop the cache: full forward
+    assert not prefix_sharing_allowed(backbone)  # transformers would drop the cache: full forward
     lp, _ = sequence_logprobs(local, ids, attn, 1.0, positions)
     lp.sum().backward()  # runs (the full forward) and trains
     with torch.no_grad():
@@ -190,13 +190,13 @@ def test_critic_values_share_the_prefix_with_the_same_values_and_gradients(model
 def test_shared_prefix_is_skipped_where_dropout_is_active(model_and_batch):
     import copy
 
-    from ragen.models.logprobs import _shares_prefix, split_head
+    from ragen.models.logprobs import prefix_sharing_allowed, split_head
 
     local = copy.deepcopy(model_and_batch[0])
     backbone = split_head(local)[0]
     local.train()
-    assert _shares_prefix(backbone)  # the tiny model has no dropout
+    assert prefix_sharing_allowed(backbone)  # the tiny model has no dropout
     local.config.attention_dropout = 0.1
-    assert not _shares_prefix(backbone)
+    assert not prefix_sharing_allowed(backbone)
     local.eval()
-    assert _shares_prefix(backbone)  # no dropout at evaluation
+    assert prefix_sharing_allowed(backbone)  # no dropout at evaluation

@@ -110,6 +110,7 @@ class ChatFormat:
         self.eos_ids = set(eos_ids or [])
         if getattr(tokenizer, "eos_token_id", None) is not None:
             self.eos_ids.add(int(tokenizer.eos_token_id))
+        self._openings: dict[tuple[str, str], tuple[str, tuple[int, ...]]] = {}
         self.system_in_user = self._detect_system_in_user()
         self.turn_close = self._detect_turn_close()
         if strategy == "auto":
@@ -130,6 +131,27 @@ class ChatFormat:
             add_generation_prompt=add_generation_prompt,
             tokenize=False,
         )
+
+    #: most conversation openings :meth:`opening` keeps (then it starts afresh)
+    OPENINGS_KEPT = 65536
+
+    def opening(self, system: str, user: str) -> tuple[str, tuple[int, ...]]:
+        """Text and ids of ``[system, user]`` with the generation prompt: every prompt of
+        a rollout that shows the current state alone (``rollout.context_window=0``).
+
+        Memoized by ``(system, user)``: the same state seen again (a group's episodes at
+        their first turn, a state revisited) costs a dict lookup instead of a template
+        render and an encode. The value is what render + encode give, so nothing changes.
+        """
+        key = (system, user)
+        hit = self._openings.get(key)
+        if hit is None:
+            messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+            text = self.render(messages, add_generation_prompt=True)
+            if len(self._openings) >= self.OPENINGS_KEPT:
+                self._openings.clear()
+            hit = self._openings[key] = (text, tuple(self.encode(text)))
+        return hit
 
     def encode(self, text: str) -> list[int]:
         # Template text carries its own BOS/special tokens; add none (as HF chat does).
@@ -296,6 +318,11 @@ class _Sequence:
         if not self.messages:
             self.messages = [{"role": "system", "content": self.system}]
             self.messages.append({"role": "user", "content": content})
+            if not images:  # the commonest prompt: rendered and encoded once per text
+                glue, ids = self.fmt.opening(self.system, content)
+                self.tail, self.closes_turn = "", False
+                self._extend(list(ids), glue, trainable=False)
+                return
             glue = self.fmt.render(self.messages, add_generation_prompt=True)
         else:
             self.messages.append({"role": "user", "content": content})

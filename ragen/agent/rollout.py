@@ -320,6 +320,8 @@ def run_rollout(
             max_new_tokens=config.max_new_tokens,
             stop_strings=[ANSWER_CLOSE],
             seed=derive_seed("rollout", config.seed, turn, *seeds) % (2**31),
+            # the current state alone: no later prompt extends this one, keep no K/V
+            keep_kv=config.context_window != 0,
         )
         t0 = time.perf_counter()
         outputs = policy.act(requests, params)

@@ -13,8 +13,9 @@ from typing import Protocol
 
 #: ``model.engine`` choices (``ragen.engines.compiled.make_hf_engine`` builds them): the
 #: eager loop, the static step (default), the compiled step, the static step with bf16
-#: matmuls and K/V (opt-in, not exact)
-ENGINE_CHOICES = ("eager", "static", "compiled", "static-bf16")
+#: matmuls and K/V (opt-in, not exact), the static step replayed as CUDA graphs on a GPU
+#: (opt-in, not yet measured on one; ``ragen.engines.graphs``)
+ENGINE_CHOICES = ("eager", "static", "compiled", "static-bf16", "static-graphs")
 
 
 @dataclass
@@ -25,6 +26,10 @@ class SamplingParams:
     max_new_tokens: int = 128
     stop_strings: list[str] = field(default_factory=lambda: ["</answer>"])
     seed: int | None = None  # seeds a torch.Generator per call: same seed -> same samples
+    # keep each row's K/V for a later call whose prompts extend it (an engine's prefix
+    # store); False when the caller knows none will (rollout.context_window=0: every
+    # prompt is a fresh system + user message), which saves copying them
+    keep_kv: bool = True
 
 
 @dataclass

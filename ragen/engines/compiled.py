@@ -187,6 +187,7 @@ class StaticHFEngine(HFEngine):
         bf16_matmuls: bool = False,
         bf16_kv: bool = False,
         direct_prefill: bool = True,
+        cuda_graphs: bool = False,
         **kwargs,
     ):
         super().__init__(model, tokenizer, *args, **kwargs)
@@ -215,6 +216,20 @@ class StaticHFEngine(HFEngine):
                 "model/device; decoding in the model's dtype",
                 " and the CPU attention kernel" if bf16_kv else "",
             )
+        # opt-in: the fixed-shape step replayed as a CUDA graph (ragen.engines.graphs);
+        # a CUDA device, the direct step, and K/V in the model's dtype
+        self._graphs = None
+        if cuda_graphs:
+            if self.device.type == "cuda" and self._direct is not None and self.kv_dtype is None:
+                from .graphs import GraphedDecode
+
+                self._graphs = GraphedDecode(self._direct, capture=True)
+            else:
+                log.warning(
+                    "CUDA graphs need a CUDA device and the direct decode step (a Qwen2 / "
+                    "Llama / Mistral model, K/V in the model's dtype); decoding without them"
+                )
+        self._graphs_on = False  # whether this call's decode runs the graphed step
         self.compile = bool(compile)
         self.compile_options = dict(compile_options or {})
         self.compile_seconds = 0.0
@@ -235,6 +250,27 @@ class StaticHFEngine(HFEngine):
         mask[:, : attention.shape[1]].masked_fill_(attention == 0, float("-inf"))
         return mask
 
+    def _start_decode(self, cache, attention, capacity: int):
+        """The graphed step takes over this call's decode when it can run (its layers
+        preallocated, the direct step usable); else the additive mask of the usual one."""
+        layers = _preallocated_layers(cache)
+        self._graphs_on = bool(
+            self._graphs is not None and layers is not None and self._direct.usable()
+        )
+        if self._graphs_on:
+            self._graphs.start(layers, attention)
+            return attention
+        return super()._start_decode(cache, attention, capacity)
+
+    def _compact(self, cache, index) -> None:
+        if self._graphs_on:  # the physical rows stay; the logical batch is a view
+            self._graphs.compact(index)
+            return
+        super()._compact(cache, index)
+
+    def _physical_row(self, b: int) -> int:
+        return int(self._graphs.rows[b]) if self._graphs_on else b
+
     def _prefill(self, cache, attention, ids, positions):
         """The direct step's prefill (:meth:`DirectDecodeStep.prefill`) where the direct
         step runs; transformers' forward otherwise. Always fp32 arithmetic (the opt-in
@@ -250,6 +286,8 @@ class StaticHFEngine(HFEngine):
         return self._direct.prefill(layers, attention, ids, positions)
 
     def _decode_step(self, cache, attention, ids, positions):
+        if self._graphs_on:
+            return attention, self._graphs.step(ids, positions)
         if not self._static:
             return super()._decode_step(cache, attention, ids, positions)
         length = cache.get_seq_length() + 1
@@ -336,4 +374,6 @@ def make_hf_engine(model, tokenizer, engine: str = "static", **kwargs) -> HFEngi
         return StaticHFEngine(model, tokenizer, compile=engine == "compiled", **kwargs)
     if engine == "static-bf16":
         return StaticHFEngine(model, tokenizer, bf16_matmuls=True, bf16_kv=True, **kwargs)
+    if engine == "static-graphs":
+        return StaticHFEngine(model, tokenizer, cuda_graphs=True, **kwargs)
     raise ConfigError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINE_CHOICES)}")

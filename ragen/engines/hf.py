@@ -86,6 +86,7 @@ class GenerationStats:
     reused_prompt_tokens: int = 0  # prompt positions whose K/V came from the prefix store
     prefill_seconds: float = 0.0  # share of ``seconds`` in the prompt forward (the rest: decode)
     decode_steps: int = 0  # batched decode forwards (one per generated column after the first)
+    duplicate_prompts: int = 0  # prompts whose prefill an identical prompt of the call did
 
     @property
     def tokens_per_s(self) -> float:
@@ -93,7 +94,7 @@ class GenerationStats:
 
     def reset(self) -> None:
         self.calls = self.sequences = self.prompt_tokens = self.generated_tokens = 0
-        self.reused_prompt_tokens = self.decode_steps = 0
+        self.reused_prompt_tokens = self.decode_steps = self.duplicate_prompts = 0
         self.seconds = self.prefill_seconds = 0.0
 
     def as_dict(self) -> dict[str, float]:
@@ -106,6 +107,7 @@ class GenerationStats:
             "seconds": self.seconds,
             "prefill_seconds": self.prefill_seconds,
             "decode_steps": self.decode_steps,
+            "duplicate_prompts": self.duplicate_prompts,
             "tokens_per_s": self.tokens_per_s,
         }
 
@@ -172,7 +174,39 @@ def sample_next_token(
     ``u * total``. One random number per row instead of ``torch.multinomial``'s per-row
     setup: on CPU multinomial cost ~6 ms per step of 128 rows x 3k vocab, a third of a
     decode step. Drawing ``u`` outside lets a compiled step reproduce the same ids.
+
+    On a CPU the rows go in chunks of about :data:`SAMPLE_CHUNK_ELEMENTS` logits, so the
+    pass's ``(rows, V)`` temporaries stay in cache; every step is per row, so the ids and
+    log-probs are bitwise those of one pass (the uniforms are drawn once, up front).
     """
+    import torch
+
+    if temperature > 0 and uniform is None:
+        uniform = torch.rand(logits.shape[0], generator=generator, device=logits.device)
+    rows = logits.shape[0]
+    if logits.device.type == "cpu":
+        rows = max(1, SAMPLE_CHUNK_ELEMENTS // max(logits.shape[-1], 1))
+    if rows >= logits.shape[0]:
+        return _sample_rows(logits, temperature, top_p, top_k, uniform)
+    parts = [
+        _sample_rows(
+            logits[i : i + rows],
+            temperature,
+            top_p,
+            top_k,
+            None if uniform is None else uniform[i : i + rows],
+        )
+        for i in range(0, logits.shape[0], rows)
+    ]
+    return torch.cat([ids for ids, _ in parts]), torch.cat([lp for _, lp in parts])
+
+
+#: logits per chunk of rows :func:`sample_next_token` draws at once on a CPU (1 MB)
+SAMPLE_CHUNK_ELEMENTS = 1 << 18
+
+
+def _sample_rows(logits, temperature: float, top_p: float, top_k: int, uniform):
+    """:func:`sample_next_token` on one block of rows (``uniform`` drawn already)."""
     import torch
 
     logits = logits.float()
@@ -182,8 +216,6 @@ def sample_next_token(
     if temperature == 0:
         ids = logp.argmax(dim=-1)
     else:
-        if uniform is None:
-            uniform = torch.rand(logp.shape[0], generator=generator, device=logp.device)
         ids = inverse_cdf_sample(truncate_logprobs(logp, top_p, top_k), uniform)
     return ids, logp.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
 
@@ -238,6 +270,56 @@ def common_prefix_length(prompts: list[list[int]]) -> int:
         if n == 0:
             break
     return max(n, 0)
+
+
+def distinct_prompts(prompts: list[list[int]]) -> tuple[list[list[int]], list[int]]:
+    """The distinct prompts in first-seen order, and for every prompt the index of its
+    distinct prompt: ``prompts[i] == distinct[inverse[i]]``."""
+    first: dict[tuple[int, ...], int] = {}
+    distinct, inverse = [], []
+    for prompt in prompts:
+        key = tuple(prompt)
+        j = first.get(key)
+        if j is None:
+            j = first[key] = len(distinct)
+            distinct.append(prompt)
+        inverse.append(j)
+    return distinct, inverse
+
+
+#: ``_DecodeBuffers.reason`` codes and the finish reasons they stand for
+_LENGTH, _EOS, _STOP = 0, 1, 2
+_REASONS = ("length", "eos", "stop")
+
+
+class _DecodeBuffers:
+    """What a call generated, per ORIGINAL row, kept as tensors on the device: the
+    sampled ids and their log-probs ``(B, max_new)`` (column = step), how many ids each
+    row generated, and why it stopped. One column write per step replaces a Python loop
+    over the rows; :meth:`lists` converts once at the end."""
+
+    def __init__(self, batch: int, max_new: int, device):
+        import torch
+
+        self.ids = torch.zeros((batch, max_new), dtype=torch.long, device=device)
+        self.logprobs = torch.zeros((batch, max_new), dtype=torch.float32, device=device)
+        self.count = torch.zeros(batch, dtype=torch.long, device=device)
+        self.reason = torch.full((batch,), _LENGTH, dtype=torch.long, device=device)
+
+    def record(self, step: int, rows, alive, ids, logps) -> None:
+        """Column ``step``: ``ids``/``logps`` (b,) of batch rows ``rows`` (their original
+        rows); only ``alive`` rows count it (a finished row awaiting removal is ignored)."""
+        import torch
+
+        self.ids[rows, step] = ids
+        self.logprobs[rows, step] = logps.float()
+        self.count[rows] = torch.where(alive, step + 1, self.count[rows])
+
+    def lists(self) -> tuple[list[list[int]], list[list[float]], list[str]]:
+        counts = self.count.tolist()
+        ids = [row[:n] for row, n in zip(self.ids.tolist(), counts)]
+        logprobs = [row[:n] for row, n in zip(self.logprobs.tolist(), counts)]
+        return ids, logprobs, [_REASONS[r] for r in self.reason.tolist()]
 
 
 @functools.cache
@@ -518,6 +600,7 @@ class HFEngine:
         self.share_prefix = share_prefix
         self._store = PrefixStore()
         self._stop_filters: dict[tuple[str, ...], object] = {}
+        self._tables: dict[tuple, object] = {}  # id lookup tables (_end_table, _stop_table)
 
     def reset_stats(self) -> None:
         self.stats.reset()
@@ -544,86 +627,108 @@ class HFEngine:
         batch = len(prompts)
         width = max(len(p) for p in prompts)
         max_new = new_token_budget(width, params.max_new_tokens, self.max_positions)
-
-        token_ids: list[list[int]] = [[] for _ in range(batch)]
-        logprobs: list[list[float]] = [[] for _ in range(batch)]
-        reasons = ["length"] * batch
         if max_new == 0:
-            return self._finish(token_ids, logprobs, reasons)
+            return self._finish([[] for _ in prompts], [[] for _ in prompts], ["length"] * batch)
         fingerprint = weights_fingerprint(self.model) if self.prefix_cache else None
         if self._store.fingerprint != fingerprint or fingerprint is None:
             self._store = PrefixStore(fingerprint)  # stale K/V: free before allocating
+        keep_kv = self.prefix_cache and params.keep_kv
         new_store = PrefixStore(fingerprint)
 
+        # identical prompts (a group's episodes in the same state) are prefilled once and
+        # their K/V copied to every row that asked (see "Identical prompts")
+        distinct, inverse = distinct_prompts(prompts) if self.dedupe_prompts else (prompts, None)
+        if inverse is not None and len(distinct) == batch:
+            distinct, inverse = prompts, None
         input_ids, attention, positions, next_position = left_padded_batch(
-            prompts, self.pad_token_id, device
+            distinct, self.pad_token_id, device
         )
-
         generator = None
         if params.seed is not None:
             generator = torch.Generator(device=device).manual_seed(int(params.seed))
-        stops = list(params.stop_strings or [])
-        # Tokens to decode so the tail surely covers the longest stop string: a character
-        # takes at most 4 UTF-8 bytes, and a byte-level token holds at least one byte.
-        window = 4 * max((len(s) for s in stops), default=0) + 2
-        eos = set(self.eos_token_ids)
 
         cache = make_kv_cache(self.model, width + max_new, self.kv_dtype)
         layers = _preallocated_layers(cache) if self.prefix_cache else None
         prefill_start = time.perf_counter()
         if layers and self.share_prefix:
-            self._store_shared_prefix(prompts)
+            self._store_shared_prefix(distinct)
         self.stats.prefill_seconds += time.perf_counter() - prefill_start
-        start = self._preload_prefixes(layers, prompts, width) if layers else 0
+        start = self._preload_prefixes(layers, distinct, width) if layers else 0
         self._store = PrefixStore()  # its K/V are copied in; free them
         prefill_start = time.perf_counter()
         logits = self._prefill(cache, attention, input_ids[:, start:], positions[:, start:])
+        if inverse is not None:  # distinct rows -> every row (the K/V of columns < width)
+            index = torch.tensor(inverse, dtype=torch.long, device=device)
+            cache.batch_select_indices(index)
+            self.stats.duplicate_prompts += batch - len(distinct)
+            logits, attention, next_position = logits[index], attention[index], next_position[index]
         self.stats.prefill_seconds += time.perf_counter() - prefill_start
-        attention = self._decode_mask(attention, width + max_new)
-        rows = list(range(batch))  # original index of each row still in the batch
-        alive = [True] * batch  # per batch row: still generating (dead rows await removal)
+        attention = self._start_decode(cache, attention, width + max_new)
+        out = _DecodeBuffers(batch, max_new, device)
+        stops = list(params.stop_strings or [])
+        is_end = self._end_table(logits.shape[-1], device)
+        may_stop = self._stop_table(stops, logits.shape[-1], device) if stops else None
+        # Tokens to decode so the tail surely covers the longest stop string: a character
+        # takes at most 4 UTF-8 bytes, and a byte-level token holds at least one byte.
+        window = 4 * max((len(s) for s in stops), default=0) + 2
+        rows = torch.arange(batch, device=device)  # original row of each batch row
+        alive = torch.ones(batch, dtype=torch.bool, device=device)  # per batch row
         for step in range(max_new):
             ids, logps = self._sample(logits, params, generator)
-            ids_list, logp_list = ids.tolist(), logps.tolist()
-            running = [i for i in range(len(rows)) if alive[i]]
-            for i in running:
-                row = rows[i]
-                token_ids[row].append(ids_list[i])
-                logprobs[row].append(logp_list[i])
-                if ids_list[i] in eos:
-                    reasons[row], alive[i] = "eos", False
-            if stops:
-                may_stop = self._may_complete_stop(stops)
-                check = [i for i in running if alive[i] and may_stop(ids_list[i])]
-                tails = self.tokenizer.batch_decode(
-                    [token_ids[rows[i]][-window:] for i in check],
-                    skip_special_tokens=False,
-                    clean_up_tokenization_spaces=False,
-                )
-                for i, tail in zip(check, tails):
-                    if any(s in tail for s in stops):
-                        reasons[rows[i]], alive[i] = "stop", False
+            out.record(step, rows, alive, ids, logps)
+            eos = alive & is_end[ids]
+            out.reason[rows[eos]] = _EOS
+            alive = alive & ~eos
+            if may_stop is not None:
+                alive = self._check_stops(out, step, rows, alive, may_stop[ids], stops, window)
             if step == max_new - 1:
                 break  # rows still running keep finish_reason "length"
-            keep = [i for i in range(len(rows)) if alive[i]]
-            if not keep:
+            n_alive = int(alive.sum())  # the loop's one host sync per step
+            if not n_alive:
                 break
-            if len(rows) - len(keep) >= max(1, COMPACT_FRACTION * len(rows)):
+            if len(rows) - n_alive >= max(1, COMPACT_FRACTION * len(rows)):
                 # Drop finished rows from every tensor and the KV cache.
-                if layers:
-                    done = [i for i in range(len(rows)) if not alive[i]]
-                    self._keep_rows(new_store, layers, done, rows, prompts, token_ids, width)
-                index = torch.tensor(keep, dtype=torch.long, device=device)
-                cache.batch_select_indices(index)
+                if layers and keep_kv:
+                    self._keep_rows(new_store, layers, ~alive, rows, prompts, out, width)
+                index = alive.nonzero().flatten()
+                self._compact(cache, index)
                 attention, ids, next_position = attention[index], ids[index], next_position[index]
-                rows, alive = [rows[i] for i in keep], [True] * len(keep)
+                rows, alive = rows[index], alive[index]
             attention, logits = self._decode_step(cache, attention, ids, next_position)
             self.stats.decode_steps += 1
             next_position = next_position + 1
-        if layers:
-            self._keep_rows(new_store, layers, range(len(rows)), rows, prompts, token_ids, width)
+        if layers and keep_kv:
+            self._keep_rows(new_store, layers, torch.ones_like(alive), rows, prompts, out, width)
             self._store = new_store
+        token_ids, logprobs, reasons = out.lists()
         return self._finish(token_ids, logprobs, reasons)
+
+    #: prefill each distinct prompt of a call once (identical prompts share its K/V)
+    dedupe_prompts = True
+
+    def _check_stops(self, out, step, rows, alive, candidates, stops, window):
+        """``alive`` with the rows whose decoded tail now holds a stop string cleared
+        (their reason set to stop). Only ``candidates`` (alive rows whose new token can
+        end a stop string, :meth:`_stop_table`) are decoded."""
+        check = (alive & candidates).nonzero().flatten()
+        if not len(check):
+            return alive
+        # an alive row generated at every step so far: its tail is columns [lo, step]
+        lo = max(0, step + 1 - window)
+        tails = self.tokenizer.batch_decode(
+            out.ids[rows[check], lo : step + 1].tolist(),
+            skip_special_tokens=False,
+            clean_up_tokenization_spaces=False,
+        )
+        hit = [i for i, tail in zip(check.tolist(), tails) if any(s in tail for s in stops)]
+        if hit:
+            import torch
+
+            hit_rows = torch.tensor(hit, dtype=torch.long, device=alive.device)
+            out.reason[rows[hit_rows]] = _STOP
+            alive = alive.clone()
+            alive[hit_rows] = False
+        return alive
 
     def _store_shared_prefix(self, prompts) -> None:
         """Add the K/V of the prompts' common prefix (one row's forward) to the store,
@@ -682,6 +787,18 @@ class HFEngine:
         return fn
 
     # -- the decode step; ragen.engines.compiled overrides these three ------------------
+    def _start_decode(self, cache, attention, capacity: int):
+        """After the prefill: the per-row attention state the decode steps carry."""
+        return self._decode_mask(attention, capacity)
+
+    def _compact(self, cache, index) -> None:
+        """Keep batch rows ``index`` (the finished ones leave the cache)."""
+        cache.batch_select_indices(index)
+
+    def _physical_row(self, b: int) -> int:
+        """The cache row holding batch row ``b`` (the same, unless rows stay in place)."""
+        return b
+
     def _decode_mask(self, attention, capacity: int):
         """The per-row attention state the decode steps carry (here: the 2-D 0/1 mask of
         the prompt columns, one column appended per step); row-indexable."""
@@ -736,32 +853,70 @@ class HFEngine:
         start = width - block
         if start <= 0:
             return 0
+        import torch
+
         like = next(h for h in hits if h)
+        # rows copying the same stored entry over the same columns take ONE copy per layer
+        # (the shared prefix of a call: every row), not one per row (a kernel each on a GPU)
+        copies: dict[tuple[int, int], list[int]] = {}
+        for row, (prompt, hit) in enumerate(zip(prompts, hits)):
+            n_copy = len(prompt) - block  # positions of this row left of the block
+            if n_copy > 0:
+                copies.setdefault((id(hit), n_copy), []).append(row)
+        entries = {id(h): h for h in hits if h}
+        plan = [
+            (entries[key], n, torch.tensor(rows, dtype=torch.long, device=self.device))
+            for (key, n), rows in copies.items()
+        ]
         for layer_index, layer in enumerate(layers):
             k, v = like.keys[layer_index], like.values[layer_index]
             layer.allocate(len(prompts), k.shape[0::2], v.shape[0::2], k)
-            for row, (prompt, hit) in enumerate(zip(prompts, hits)):
-                n_copy = len(prompt) - block  # positions of this row left of the block
-                if n_copy > 0:
-                    col = width - len(prompt)
-                    layer._key_buffer[row, :, col:start] = hit.keys[layer_index][:, :n_copy]
-                    layer._value_buffer[row, :, col:start] = hit.values[layer_index][:, :n_copy]
+            for hit, n_copy, rows in plan:
+                cols = slice(start - n_copy, start)  # right-aligned: col = width - len(prompt)
+                layer._key_buffer[rows, :, cols] = hit.keys[layer_index][None, :, :n_copy]
+                layer._value_buffer[rows, :, cols] = hit.values[layer_index][None, :, :n_copy]
             layer.length = start
             layer._set_views()
         self.stats.reused_prompt_tokens += sum(max(0, len(p) - block) for p in prompts)
         return start
 
-    @staticmethod
-    def _keep_rows(store, layers, batch_rows, rows, prompts, token_ids, width: int) -> None:
-        """Store K/V of ``prompt + ids[:-1]`` (the last sampled id was never fed)."""
-        for b in batch_rows:
-            row = rows[b]
-            generated = token_ids[row]
-            if not generated:
+    def _keep_rows(self, store, layers, which, rows, prompts, out, width: int) -> None:
+        """Store K/V of ``prompt + ids[:-1]`` (the last sampled id was never fed) of the
+        batch rows where ``which`` is True."""
+        for b in which.nonzero().flatten().tolist():
+            row = int(rows[b])
+            n = int(out.count[row])
+            if not n:
                 continue
-            first, end = width - len(prompts[row]), width + len(generated) - 1
-            ids = tuple(prompts[row]) + tuple(generated[:-1])
-            store.add(_PrefixEntry.copied(ids, layers, b, first, end))
+            first, end = width - len(prompts[row]), width + n - 1
+            ids = tuple(prompts[row]) + tuple(out.ids[row, : n - 1].tolist())
+            store.add(_PrefixEntry.copied(ids, layers, self._physical_row(b), first, end))
+
+    def _end_table(self, vocab: int, device):
+        """``(vocab,)`` bool: True at the EOS ids (looked up by the sampled ids)."""
+        key = ("end", vocab, str(device))
+        table = self._tables.get(key)
+        if table is None:
+            import torch
+
+            table = torch.zeros(vocab, dtype=torch.bool, device=device)
+            ends = [i for i in self.eos_token_ids if 0 <= i < vocab]
+            table[ends] = True
+            self._tables[key] = table
+        return table
+
+    def _stop_table(self, stops: list[str], vocab: int, device):
+        """``(vocab,)`` bool: :meth:`_may_complete_stop` for every id (False: the id
+        cannot complete any of ``stops``, so its row's tail is not decoded)."""
+        key = ("stop", tuple(stops), vocab, str(device))
+        table = self._tables.get(key)
+        if table is None:
+            import torch
+
+            may_stop = self._may_complete_stop(stops)
+            table = torch.tensor([may_stop(i) for i in range(vocab)], dtype=torch.bool)
+            table = self._tables[key] = table.to(device)
+        return table
 
     def _finish(self, token_ids, logprobs, reasons) -> list[Generation]:
         return finished_generations(self.tokenizer, token_ids, logprobs, reasons)

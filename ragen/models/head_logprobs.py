@@ -22,7 +22,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-DEFAULT_CHUNK_ROWS = 1024  # 1,024 x 49,152 float32 logits = 200 MB at a time
+from ragen.algo.logits import CPU_CHUNK_ELEMENTS, DEFAULT_CHUNK_ELEMENTS
+
+
+def default_chunk_rows(hidden: Tensor, vocab: int) -> int:
+    """Rows per chunk: ~1 MB of float32 logits on a CPU (its temporaries stay in cache,
+    as in ``ragen.algo.logits``), 64 MB on an accelerator (fewer, larger kernels)."""
+    elements = CPU_CHUNK_ELEMENTS if hidden.device.type == "cpu" else DEFAULT_CHUNK_ELEMENTS
+    return max(1, elements // max(vocab, 1))
 
 
 class _HeadLogProbs(torch.autograd.Function):
@@ -96,15 +103,18 @@ def head_logprobs(
     labels: Tensor,
     temperature: float = 1.0,
     with_entropy: bool = False,
-    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    chunk_rows: int | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """``log_softmax(head(hidden) / T)[labels]`` ``(N,)`` float32, and the entropies
     ``(N,)`` of those distributions when ``with_entropy`` (else None).
 
     hidden: ``(N, H)`` the final hidden states that predict the wanted tokens;
     head: the LM head, a plain :class:`torch.nn.Linear` ``(V, H)``; labels: ``(N,)``.
-    Differentiable in ``hidden``, ``head.weight`` and ``head.bias``.
+    Differentiable in ``hidden``, ``head.weight`` and ``head.bias``. ``chunk_rows``
+    None: :func:`default_chunk_rows`.
     """
+    if chunk_rows is None:
+        chunk_rows = default_chunk_rows(hidden, head.weight.shape[0])
     logp, entropy = _HeadLogProbs.apply(
         hidden, head.weight, head.bias, labels, float(temperature), with_entropy, chunk_rows
     )

@@ -171,7 +171,9 @@ def _say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def critic_values(critic, input_ids, attention_mask=None, positions=None, **model_inputs):
+def critic_values(
+    critic, input_ids, attention_mask=None, positions=None, dedupe: bool = True, **model_inputs
+):
     """``(B, T)`` float32 values, one per token: ``V[b, t]`` = value of the prefix ``<= t``.
 
     Position ids follow ``attention_mask`` so a left-padded row gets the same values
@@ -180,14 +182,29 @@ def critic_values(critic, input_ids, attention_mask=None, positions=None, **mode
     mask; each row's last column is always computed): given, a prompt prefix all rows
     of a right-padded batch share runs once (``ragen.models.logprobs``, "Shared prompt
     prefix") and the values inside it are 0. ``model_inputs``: a VLM's pixel inputs
-    (and M-RoPE ``position_ids``), passed to the critic as they are.
+    (and M-RoPE ``position_ids``), passed to the critic as they are. ``dedupe`` (with
+    ``positions``): identical rows once, and rows sharing a prompt compute it once
+    (``ragen.models.logprobs``, "Identical rows and identical prompts").
     """
     import torch
 
-    from .logprobs import backbone_hidden, shared_prefix_columns
+    from .logprobs import (
+        backbone_hidden,
+        duplicate_rows,
+        prefix_sharing_allowed,
+        prompt_groups,
+        shared_prefix_columns,
+    )
 
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
+    copies = None
+    if dedupe and positions is not None and not model_inputs:
+        copies = duplicate_rows(input_ids, attention_mask, positions)
+    if copies is not None:  # the distinct rows, then every row gathers its copy's values
+        first, inverse = copies
+        values = critic_values(critic, input_ids[first], attention_mask[first], positions[first])
+        return values[inverse]
     if model_inputs:
         out = critic(input_ids=input_ids, attention_mask=attention_mask, **model_inputs)
         return out.logits[..., 0].float()
@@ -195,12 +212,14 @@ def critic_values(critic, input_ids, attention_mask=None, positions=None, **mode
     backbone, head = getattr(critic, "model", None), getattr(critic, "score", None)
     drop = getattr(critic, "dropout", None)  # the head's dropout, which the split would skip
     head_drops = critic.training and isinstance(drop, torch.nn.Dropout) and drop.p > 0
-    shared = 0
+    shared, groups = 0, None
     if positions is not None and backbone is not None and head is not None and not head_drops:
         # every row's last column stays outside the prefix (its value bootstraps)
         last = int(attention_mask.sum(-1).min()) - 1
         shared = shared_prefix_columns(backbone, input_ids, attention_mask, positions, last)
-    if shared == 0:
+        if dedupe and prefix_sharing_allowed(backbone):
+            groups = prompt_groups(input_ids, attention_mask, positions, shared)
+    if shared == 0 and groups is None:
         out = critic(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -208,7 +227,7 @@ def critic_values(critic, input_ids, attention_mask=None, positions=None, **mode
             use_cache=False,
         )
         return out.logits.squeeze(-1).float()
-    hidden = backbone_hidden(backbone, input_ids, attention_mask, position_ids, shared)
+    hidden = backbone_hidden(backbone, input_ids, attention_mask, position_ids, shared, groups)
     values = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
     values[:, shared:] = head(hidden)[..., 0].float()
     return values

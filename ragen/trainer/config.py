@@ -96,6 +96,7 @@ class ModelConfig:
     # generation engine (ragen.engines.compiled): eager | static (faster decode step, same
     # samples) | compiled (static + torch.compile, a one-off compile of seconds to minutes)
     # | static-bf16 (static with bf16 matmuls and K/V: faster, NOT exact; docs/MODELS.md)
+    # | static-graphs (static replayed as CUDA graphs on a GPU; opt-in, docs/SPEED.md)
     engine: str = "static"
     actor_lr: float = 1e-6
     critic_lr: float = 1e-5
@@ -260,6 +261,10 @@ class TrainerSection:
     # reasoning/cond_entropy and reasoning/mutual_info from n x n cross-prompt scoring of
     # this many groups per step (0 disables; ragen.trainer.reasoning_stats)
     reasoning_samples: int = 8
+    # one forward per model where the step allows it (one PPO epoch over one minibatch):
+    # the update's forward gives the old log-probs, the critic's update forward the values
+    # (ragen.trainer.onepass, docs/SPEED.md); false: separate scoring passes, same numbers
+    fuse_passes: bool = True
     console: bool = True
     tensorboard: bool = True
     wandb: bool = False

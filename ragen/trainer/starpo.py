@@ -45,7 +45,7 @@ from ragen.models.precision import cpu_autocast
 from ragen.models.value import critic_values
 from ragen.models.vlm import forward_inputs, is_processor, row_images, text_tokenizer
 
-from . import setup
+from . import onepass, setup
 from .batching import (
     TrainingBatch,
     baseline_groups,
@@ -692,13 +692,27 @@ class StarPOTrainer:
         # The engine keeps per-row KV caches between turns; free them before the update
         # (the weights are about to change, and on a GPU that memory is needed now).
         self.engine.clear_prefix_cache()
+        # one forward per model where the phases allow it (ragen.trainer.onepass)
+        data_parallel = self.scale is not None and self.scale.updater is not None
+        self._old_from_update = onepass.shares_actor_forward(self.cfg, batch.size, data_parallel)
+        critic_pass = self.critic is not None and onepass.shares_critic_forward(
+            self.cfg, batch.size, data_parallel
+        )
+        self._critic_stats = None
+        if not self._old_from_update:
+            tic = time.perf_counter()
+            self.compute_old_log_probs(batch, metrics)
+            timing["timing/old_log_prob"] = time.perf_counter() - tic
         tic = time.perf_counter()
-        self.compute_old_log_probs(batch, metrics)
-        timing["timing/old_log_prob"] = time.perf_counter() - tic
-        tic = time.perf_counter()
-        if self.critic is not None:
+        if critic_pass:  # the critic's update, whose forward gives the values
+            self.signals.abandonable = False  # it changes weights: the step finishes
+            try:
+                self._critic_stats = self._critic_update_pass(batch, step)
+            except NonFiniteUpdate as err:
+                raise self._nonfinite_error(step, batch, str(err), metrics) from None
+        elif self.critic is not None:
             self.compute_values(batch)
-        self.compute_advantages(batch, metrics)
+        self.compute_advantages(batch, metrics, estimated=critic_pass)
         if a.advantage_floor is not None:
             metrics.update(floor_advantages(batch, a.advantage_floor))
         if a.pg_min_entropy > 0:
@@ -716,6 +730,8 @@ class StarPOTrainer:
             raise self._nonfinite_error(step, batch, str(err), metrics) from None
         self._step_trained = True
         metrics.update(update_metrics)
+        if self._old_from_update:  # filled by the update's forward
+            self._gen_logprob_metrics(batch, metrics)
         timing["timing/update"] = time.perf_counter() - tic
         self.actor_sched.step()
         if self.critic_sched is not None:
@@ -854,7 +870,11 @@ class StarPOTrainer:
                 if ref is not None:
                     ref[rows, :L] = self._ref_log_probs(mb, temperature)
         batch.old_log_prob, batch.ref_log_prob, batch.old_entropy = old, ref, ent
-        mask = batch.response_mask
+        self._gen_logprob_metrics(batch, metrics)
+
+    @staticmethod
+    def _gen_logprob_metrics(batch: TrainingBatch, metrics: dict[str, float]) -> None:
+        old, mask = batch.old_log_prob, batch.response_mask
         diff = (old - batch.gen_log_prob).abs()
         # Generation and training use the same weights; a gap here means a numerical or
         # template mismatch between the engine and the trainer (worth a look if large).
@@ -892,7 +912,12 @@ class StarPOTrainer:
         batch.values = values * batch.advantage_mask
         batch.final_values = final
 
-    def compute_advantages(self, batch: TrainingBatch, metrics: dict[str, float]) -> None:
+    def compute_advantages(
+        self, batch: TrainingBatch, metrics: dict[str, float], estimated: bool = False
+    ) -> None:
+        """Advantages and returns by the configured estimator, then whitening, the masks
+        and their metrics. ``estimated``: ``batch.advantages``/``returns`` already hold
+        the estimator's output (the critic's one-pass update ran it per micro-batch)."""
         a = self.cfg.algo
         rewards = batch.token_level_scores
         mask = batch.response_mask
@@ -901,24 +926,10 @@ class StarPOTrainer:
             rewards = algo.apply_kl_to_rewards(rewards, kl, mask, a.kl_coef)
             metrics["actor/reward_kl"] = float(algo.masked_mean(kl, mask))
         batch.token_level_rewards = rewards
-        estimator = algo.get_advantage_estimator(a.adv_estimator)
-        advantages, returns = estimator(
-            token_level_rewards=rewards,
-            response_mask=mask,
-            values=batch.values,
-            index=batch.index,
-            turn_end_mask=batch.turn_end_mask,
-            advantage_mask=batch.advantage_mask,
-            bootstrap_value=(
-                None if batch.final_values is None else batch.final_values * batch.bootstrap_mask
-            ),
-            gamma=a.gamma,
-            lam=a.lam,
-            gamma_turn=a.gamma_turn,
-            lam_turn=a.lam_turn,
-            gamma_token=a.gamma_token,
-            lam_token=a.lam_token,
-        )
+        if estimated:
+            advantages, returns = batch.advantages, batch.returns
+        else:
+            advantages, returns = self._estimate(batch, rewards)
         if a.whiten_advantages:
             advantages = algo.masked_whiten(advantages, mask)
         # the policy trains on sampled ids (M_loss); the critic fits returns wherever the
@@ -934,25 +945,70 @@ class StarPOTrainer:
             )
             metrics["critic/value_mean"] = float(algo.masked_mean(batch.values, mask))
 
+    def _estimate(self, batch: TrainingBatch, rewards: torch.Tensor | None = None):
+        """``(advantages, returns)`` of the configured estimator on ``batch`` (rewards:
+        its token-level rewards, default the scores)."""
+        a = self.cfg.algo
+        estimator = algo.get_advantage_estimator(a.adv_estimator)
+        return estimator(
+            token_level_rewards=batch.token_level_scores if rewards is None else rewards,
+            response_mask=batch.response_mask,
+            values=batch.values,
+            index=batch.index,
+            turn_end_mask=batch.turn_end_mask,
+            advantage_mask=batch.advantage_mask,
+            bootstrap_value=(
+                None if batch.final_values is None else batch.final_values * batch.bootstrap_mask
+            ),
+            gamma=a.gamma,
+            lam=a.lam,
+            gamma_turn=a.gamma_turn,
+            lam_turn=a.lam_turn,
+            gamma_token=a.gamma_token,
+            lam_token=a.lam_token,
+        )
+
+    def _critic_update_pass(self, batch: TrainingBatch, step: int) -> dict[str, float]:
+        """The critic's update on the whole batch (one minibatch, the micro-batches the
+        update would use), its forward giving the values, advantages and returns of each
+        micro-batch as it goes (``ragen.trainer.onepass``). Returns its update metrics."""
+        rows = self._minibatch_order(step, batch.size)
+        targets = onepass.CriticTargets(batch, self._estimate)
+        return self._critic_minibatch(batch, rows, self._micro_batches(batch, rows), targets)
+
+    def _minibatch_order(self, step: int, size: int, generator=None) -> list[int]:
+        """The shuffled row order of an epoch of step ``step`` (the first epoch's without
+        ``generator``)."""
+        if generator is None:
+            generator = self._minibatch_generator(step)
+        return torch.randperm(size, generator=generator).tolist()
+
+    def _minibatch_generator(self, step: int) -> torch.Generator:
+        return torch.Generator().manual_seed(derive_seed(self.cfg.trainer.seed, "minibatch", step))
+
     # -- the update ------------------------------------------------------------------
     def update(self, batch: TrainingBatch, step: int) -> dict[str, float]:
         """``ppo_epochs`` passes over shuffled minibatches; each minibatch is one optimizer
-        step with gradients accumulated over token-budget micro-batches."""
+        step with gradients accumulated over token-budget micro-batches. A critic that
+        already took its step (``_critic_update_pass``) is not trained again."""
         a = self.cfg.algo
         B = batch.size
         lengths = batch.lengths.tolist()
-        gen = torch.Generator().manual_seed(derive_seed(self.cfg.trainer.seed, "minibatch", step))
+        gen = self._minibatch_generator(step)
         sums: dict[str, list[float]] = defaultdict(list)
+        critic_stats = getattr(self, "_critic_stats", None)
+        for k, v in (critic_stats or {}).items():
+            sums[k].append(v)
         pad_fracs = []
         for _epoch in range(a.ppo_epochs):
-            perm = torch.randperm(B, generator=gen).tolist()
+            perm = self._minibatch_order(step, B, gen)
             for start in range(0, B, a.ppo_mini_batch_size):
                 rows = perm[start : start + a.ppo_mini_batch_size]
                 micros = self._micro_batches(batch, rows)
                 pad_fracs.append(padding_fraction(lengths, [ids for ids, _ in micros]))
                 for k, v in self._actor_minibatch(batch, rows, micros).items():
                     sums[k].append(v)
-                if self.critic is not None:
+                if self.critic is not None and critic_stats is None:
                     for k, v in self._critic_minibatch(batch, rows, micros).items():
                         sums[k].append(v)
         out = {}
@@ -1013,7 +1069,10 @@ class StarPOTrainer:
         total_tokens = float(batch.response_mask[rows].sum()) or 1.0
         self.actor.train()
         stats: dict[str, float] = defaultdict(float)
-        for _, mb in micros:
+        old_from_update = getattr(self, "_old_from_update", False)
+        if old_from_update and batch.old_log_prob is None:
+            batch.old_log_prob = torch.zeros_like(batch.response_mask)
+        for ids, mb in micros:
             mask = mb.response_mask
             share = float(mask.sum()) / total_tokens  # this micro-batch's share of tokens
             with self.autocast:
@@ -1026,6 +1085,9 @@ class StarPOTrainer:
                     with_entropy=True,
                     **self.vision_inputs(mb),
                 )
+            if old_from_update:  # the policy before this step is the one computing log_prob
+                mb.old_log_prob = log_prob.detach().float()
+                batch.old_log_prob[ids, : mask.shape[1]] = mb.old_log_prob
             pg_loss, pg_metrics = algo.ppo_policy_loss(
                 old_log_prob=mb.old_log_prob,
                 log_prob=log_prob,
@@ -1061,24 +1123,30 @@ class StarPOTrainer:
         stats.update(self._optimizer_step(self.actor, self.actor_opt, "actor"))
         return dict(stats)
 
-    def _critic_minibatch(self, batch: TrainingBatch, rows: list[int], micros) -> dict[str, float]:
+    def _critic_minibatch(
+        self, batch: TrainingBatch, rows: list[int], micros, targets=None
+    ) -> dict[str, float]:
         """One critic optimizer step on minibatch ``rows``: the value loss over the tokens
-        the advantage recursion ran on (``advantage_mask``)."""
+        the advantage recursion ran on (``advantage_mask``). ``targets``: called with each
+        micro-batch's detached values before its loss, to set its ``values`` and
+        ``returns`` from them (``ragen.trainer.onepass.CriticTargets``)."""
         a = self.cfg.algo
         mode, norm = a.loss_agg_mode, self.loss_norm_constant
         denom = self._denominator(batch.advantage_mask[rows])
         total_tokens = float(batch.advantage_mask[rows].sum()) or 1.0
         self.critic.train()
         stats: dict[str, float] = defaultdict(float)
-        for _, mb in micros:
+        for ids, mb in micros:
             with self.autocast:
-                vpreds, _ = token_values(
+                vpreds, final = token_values(
                     self.critic,
                     mb.input_ids,
                     mb.attention_mask,
                     mb.advantage_mask,
                     **self.vision_inputs(mb),
                 )
+            if targets is not None:
+                targets(ids, mb, vpreds.detach(), final.detach())
             loss, v_metrics = algo.value_loss(
                 vpreds=vpreds,
                 returns=mb.returns,
