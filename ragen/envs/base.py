@@ -193,6 +193,8 @@ class Env(ABC):
             return self.render("text"), 0.0, False, False, info
         try:
             result = self._step(normalize_action(action))
+        except RagenError:
+            raise  # a bad option or a missing dependency: the user's to fix, not the episode's
         except Exception as err:  # noqa: BLE001 - any bug of the env ends only this episode
             self._end_by_error("step", err)
             info = make_info(False, False, self.success, env_error=self.env_error)

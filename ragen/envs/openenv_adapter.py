@@ -61,6 +61,10 @@ class OpenEnvError(Exception):
     """The server could not be reached or answered with an error (the message says which)."""
 
 
+class _NotAnAction(Exception):
+    """``action_fn`` rejected the text: the step is an invalid action, nothing is sent."""
+
+
 def load_function(spec: str | Callable[..., Any] | None, key: str) -> Callable[..., Any] | None:
     """``"pkg.module:function"`` (or a callable) as a callable; ``key`` names the config
     option in the error."""
@@ -301,6 +305,8 @@ class OpenEnvEnv(Env):
         try:
             payload = self._payload(action)
             result = self._call("step", lambda client: client.step(payload))
+        except _NotAnAction as err:
+            return self._obs, 0.0, False, False, make_info(False, False, False, reason=str(err))
         except OpenEnvError as err:
             if "VALIDATION_ERROR" in str(err):  # nothing was executed: an invalid action
                 info = make_info(False, False, False, reason=str(err))
@@ -337,7 +343,12 @@ class OpenEnvEnv(Env):
 
     def _payload(self, action: str) -> dict[str, Any]:
         if self._action_fn is not None:
-            payload = self._action_fn(action)
+            try:
+                payload = self._action_fn(action)
+            except (ValueError, TypeError, KeyError) as err:
+                # the text names no action the server takes: an invalid action, not an
+                # env failure (``action_fn`` may parse numbers, look names up, ...)
+                raise _NotAnAction(f"action_fn could not map {action[:40]!r}: {err}") from None
             if not isinstance(payload, dict):
                 raise EnvConfigError(f"action_fn must return a dict, got {type(payload).__name__}")
             return payload
