@@ -80,8 +80,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_eval(args: argparse.Namespace) -> int:
+    from ragen.envs import check_options as check_env_options
     from ragen.errors import UsageError
-    from ragen.trainer.config import check_env_options
 
     from .evaluate import Progress, format_table, run_evaluation
 

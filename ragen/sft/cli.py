@@ -78,8 +78,8 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ragen.envs import check_options as check_env_options
     from ragen.errors import UsageError
-    from ragen.trainer.config import check_env_options
 
     from .trainer import SFTConfig, run_sft
 

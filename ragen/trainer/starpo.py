@@ -1026,7 +1026,7 @@ class StarPOTrainer:
                     with_entropy=True,
                     **self.vision_inputs(mb),
                 )
-            pg_loss, pg_metrics = algo.ppo_policy_loss(
+            pg_loss, pg_metrics = algo.get_policy_loss(a.policy_loss)(
                 old_log_prob=mb.old_log_prob,
                 log_prob=log_prob,
                 advantages=mb.advantages,
