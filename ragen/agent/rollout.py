@@ -42,7 +42,7 @@ from ragen.envs.base import StepResultError, check_step_result, derive_seed
 from ragen.envs.facts import format_facts
 from ragen.envs.rgb import png_data_uri
 from ragen.envs.visual import has_image_observations
-from ragen.errors import ConfigError
+from ragen.errors import ConfigError, EnvUnavailableError
 
 from . import prompts
 from .context import TEMPLATE_STRATEGIES, ChatFormat, ContextManager, SampleIds
@@ -393,7 +393,6 @@ def _check_env_errors(episodes: list[_Episode], config: RolloutConfig) -> None:
     failed = [ep for ep in episodes if ep.env_error is not None]
     if not failed or len(failed) <= config.max_env_error_share * len(episodes):
         return
-    from ragen.errors import EnvUnavailableError
 
     raise EnvUnavailableError(
         f"{len(failed)} of {len(episodes)} episodes ended because the environment failed "

@@ -44,6 +44,7 @@ from .facts import (
     coord_legend,
     format_facts,
 )
+from .rgb import compose, fill, with_border, with_disc, with_square
 
 #: action names in gymnasium's order (0 = left, 1 = down, 2 = right, 3 = up)
 ACTION_NAMES: tuple[str, ...] = ("left", "down", "right", "up")
@@ -537,8 +538,6 @@ class FrozenLakeEnv(Env):
                 return self.grid_text()
             return compose_observation(self.observation_format, self.grid_text(), self.coord_text())
         if mode == "rgb":
-            from .rgb import compose
-
             codes = [{"H": 1, "G": 2}.get(ch, 0) for ch in self._flat]
             codes[self._pos] += 3
             return compose(codes, self.cols, _tiles(self.tile_size))
@@ -584,8 +583,6 @@ class FrozenLakeEnv(Env):
 def _tiles(size: int) -> np.ndarray:
     """Tiles: frozen, hole, goal, then the same three with the player on them."""
     if size not in _TILE_CACHE:
-        from .rgb import fill, with_border, with_disc, with_square
-
         frozen = with_border(fill(size, (200, 230, 250)), (170, 205, 230))
         hole = with_border(fill(size, (20, 40, 90)), (170, 205, 230))
         goal = with_square(frozen, (240, 190, 40), 0.2)

@@ -161,6 +161,7 @@ def sequence_logprobs(
     replaces the mask-derived ``(B, T)`` positions. ``share_prefix``: run a prefix all
     rows share once (module doc; only with ``positions`` on a plain-head model).
     """
+    # deferred: these import torch, and importing this module stays torch-free
     import torch
 
     from ragen.algo import entropy_from_logits, logprobs_from_logits

@@ -38,6 +38,8 @@ from pathlib import Path
 
 from ragen.errors import ConfigError
 
+from .hf_setup import quiet_transformers
+
 # ---------------------------------------------------------------------------------------
 # Chat formats
 # ---------------------------------------------------------------------------------------
@@ -474,8 +476,6 @@ def create_tiny(
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer(chat_format)
     model = build_model(size, tokenizer, seed=seed, chat_format=chat_format)
-    from .loading import quiet_transformers
-
     with quiet_transformers():
         model.save_pretrained(out)
         tokenizer.save_pretrained(out)

@@ -29,7 +29,7 @@ from typing import Any
 from ragen.errors import ModelLoadError, UsageError
 
 from .loading import load_policy, pick_device, pick_dtype, quiet_transformers, resolve_source
-from .logprobs import position_ids_from_mask
+from .logprobs import backbone_hidden, position_ids_from_mask, shared_prefix_columns
 from .vlm import create_vision_critic, is_vision_config
 
 
@@ -183,8 +183,6 @@ def critic_values(critic, input_ids, attention_mask=None, positions=None, **mode
     (and M-RoPE ``position_ids``), passed to the critic as they are.
     """
     import torch
-
-    from .logprobs import backbone_hidden, shared_prefix_columns
 
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .signals import TrainingInterrupted
+
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
@@ -53,8 +55,7 @@ def run(args: argparse.Namespace) -> int:
     if args.print_config:
         print(commented_yaml(cfg), end="")
         return 0
-    from .signals import TrainingInterrupted
-    from .starpo import train
+    from .starpo import train  # deferred: imports torch
 
     try:
         train(cfg, argv=args.overrides)

@@ -45,7 +45,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from ragen.errors import ConfigError
+from ragen.errors import ConfigError, MissingDependencyError
 
 METRICS_FILE = "metrics.jsonl"
 TRAJECTORY_DIR = "trajectories"
@@ -474,8 +474,6 @@ def _import_wandb(spec: Mapping[str, Any]):
     try:
         import wandb
     except ImportError:
-        from ragen.errors import MissingDependencyError
-
         raise MissingDependencyError(
             "W&B logging was requested but wandb is not installed: pip install 'ragen[wandb]' "
             "(or turn W&B off, e.g. trainer.wandb=false)"
