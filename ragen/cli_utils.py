@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from pathlib import Path
 from typing import Any
 
 from ragen.errors import UsageError
@@ -94,6 +95,29 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
         if not action.option_strings and action.nargs not in ("?", "*"):
             return text  # a required positional
         return text + " (default: %(default)s)"
+
+
+def check_out_dir(path: str | Path, flag: str = "--out") -> Path:
+    """Check, before any work, that the output folder ``path`` can be created, or raise a
+    one-line :class:`UsageError` (an existing file, a place that cannot be written).
+    Leaves nothing behind: the folders it creates to find out are removed again."""
+    out = Path(path).expanduser()
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{flag} {out} exists and is not a folder. Fix: choose another {flag}")
+    missing = []
+    for folder in (out, *out.parents):
+        if folder.exists():
+            break
+        missing.append(folder)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(
+            f"{flag} {out}: cannot create it ({err.strerror or err}). Fix: choose a writable folder"
+        ) from None
+    for folder in missing:  # deepest first
+        folder.rmdir()
+    return out
 
 
 def add_env_config_flag(parser: Any) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from ragen.cli_utils import HelpFormatter, add_env_config_flag, parse_key_values
+from ragen.cli_utils import HelpFormatter, add_env_config_flag, check_out_dir, parse_key_values
 from ragen.envs import check_options as check_env_options
 from ragen.errors import UsageError
 
@@ -95,6 +95,8 @@ def run_eval(args: argparse.Namespace) -> int:
     config.validate(prefix="--")
     env_config = parse_key_values(args.env_config, "--env-config")
     check_env_options(args.env, env_config, "--env-config")
+    if args.out:
+        check_out_dir(args.out)  # before the evaluation, not after it
     result = run_evaluation(
         model,
         args.env,

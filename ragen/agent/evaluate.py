@@ -336,7 +336,7 @@ def write_results(
     """``trajectories.jsonl`` (one episode per line) and ``metrics.json`` in ``out_dir``."""
     out = Path(out_dir).expanduser()
     if out.exists() and not out.is_dir():
-        raise FileExistsError(f"{out} exists and is not a folder; choose another --out")
+        raise UsageError(f"{out} exists and is not a folder. Fix: choose another --out")
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "trajectories.jsonl", "w", encoding="utf-8") as f:
         for samples in episodes_of(trajectories):

@@ -31,6 +31,17 @@ from .server import serve
 _QUIT_WORDS = {"q", "quit", "exit"}
 
 
+def _port(text: str) -> int:
+    """``--port``: a TCP port number, 0-65535 (0: any free port)."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (0-65535; 0: any free one)")
+    return port
+
+
 def add_parser(subparsers: Any) -> None:
     envs_parser = subparsers.add_parser("envs", help="list the registered environments")
     envs_parser.add_argument(
@@ -79,7 +90,7 @@ def add_parser(subparsers: Any) -> None:
         help="ragen: this project's JSON protocol (env=remote); openenv: OpenEnv's HTTP + "
         "WebSocket API for OpenEnv clients such as TRL (env=openenv; needs ragen[openenv])",
     )
-    serve.add_argument("--port", type=int, default=8765, help="TCP port (0: any free port)")
+    serve.add_argument("--port", type=_port, default=8765, help="TCP port (0: any free port)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: all)")
     serve.add_argument(
         "--set",

@@ -337,8 +337,8 @@ class FrozenLakeEnv(Env):
     ) -> None:
         super().__init__()
         self.observation_format = check_observation_format(observation_format)
-        if not 0.0 <= p <= 1.0:
-            raise EnvOptionError(f"p={p} must be a probability in [0, 1]")
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+            raise EnvOptionError(f"p={p!r} must be a probability in [0, 1]. Fix: e.g. p=0.8")
         if not 0.0 <= hole_density < 1.0:
             raise EnvOptionError(f"hole_density={hole_density} must be in [0, 1)")
         if not 0.0 < oracle_gamma <= 1.0:

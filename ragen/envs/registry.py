@@ -19,7 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ragen.errors import ConfigError, EnvConfigError, EnvOptionError, UnknownEnvError
+from ragen.errors import (
+    ConfigError,
+    EnvConfigError,
+    EnvOptionError,
+    MissingFileError,
+    UnknownEnvError,
+)
 
 from .base import Env
 
@@ -125,7 +131,7 @@ def make_from_config(config: dict[str, Any] | str | Path) -> Env:
 
         path = Path(config)
         if not path.exists():
-            raise FileNotFoundError(f"environment config {path} does not exist")
+            raise MissingFileError(f"environment config {path} does not exist. Fix: check the path")
         config = yaml.safe_load(path.read_text()) or {}
     config = dict(config)
     if "name" not in config:

@@ -45,7 +45,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ragen.errors import ConfigError
+from ragen.errors import ConfigError, UsageError
 
 from .hf_setup import quiet_transformers
 from .tiny import DEFAULT_SIZE, PRESETS, build_tokenizer, tiny_qwen2_config
@@ -367,7 +367,7 @@ def create_tiny_vlm(
         raise ConfigError(f"image_size {image_size} must be a multiple of patch_size {patch_size}")
     out = Path(out_dir).expanduser()
     if out.exists() and not out.is_dir():
-        raise FileExistsError(f"{out} exists and is not a folder; pick another --out")
+        raise UsageError(f"{out} exists and is not a folder. Fix: pick another --out")
     out.mkdir(parents=True, exist_ok=True)
     processor = build_processor(image_size, patch_size, architecture)
     model = build_vlm(size, processor, seed, image_size, patch_size, architecture)

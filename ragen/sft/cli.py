@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ragen.agent.rollout_flags import add_rollout_flags, rollout_from_args
-from ragen.cli_utils import add_env_config_flag, parse_key_values
+from ragen.cli_utils import add_env_config_flag, check_out_dir, parse_key_values
 from ragen.envs import check_options as check_env_options
 from ragen.errors import UsageError
 
@@ -80,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.out:
         raise UsageError("ragen sft needs --out DIR (where the fine-tuned model is saved)")
+    check_out_dir(args.out)  # before the expert data and the training, not after
     env_config = parse_key_values(args.env_config, "--env-config")
     check_env_options(args.env, env_config, "--env-config")
     cfg = SFTConfig(

@@ -47,7 +47,7 @@ import numpy as np
 import torch
 
 from ragen.checkpoint_verify import file_problems, sha256_file, stat_fingerprint
-from ragen.errors import CheckpointError, NonFiniteError, RunDirError
+from ragen.errors import CheckpointError, MissingFileError, NonFiniteError, RunDirError
 from ragen.models.finite import check_finite_weights, nonfinite_tensors
 from ragen.models.hf_setup import quiet_transformers
 from ragen.run_layout import (
@@ -159,7 +159,7 @@ class CheckpointManager:
         folder = self.path_for(path) if isinstance(path, int) else Path(path)
         if not folder.is_dir():
             have = ", ".join(p.name for p in self.list()) or "none"
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"checkpoint {folder} does not exist (checkpoints in {self.root}: {have})"
             )
         return folder

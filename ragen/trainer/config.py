@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import (
     ConfigAttributeError,
@@ -640,6 +641,26 @@ def _merge(base: DictConfig, other: Any, source: str) -> DictConfig:
         raise ConfigError(f"{key}: bad value (from {source}): {msg}") from None
 
 
+def _load_file(path: str) -> DictConfig:
+    """A ``config=FILE`` YAML file; a missing file, bad YAML or a file that is not a
+    mapping of sections is a one-line :class:`ConfigError`."""
+    if not Path(path).is_file():
+        raise ConfigError(f"config: file {path!r} does not exist. Fix: check the path")
+    try:
+        node = OmegaConf.load(path)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(err, "problem", None) or type(err).__name__
+        raise ConfigError(f"config: {path} is not valid YAML{where}: {problem}. Fix: correct "
+                          "the file; `ragen train --print-config` prints a valid one") from None  # fmt: skip
+    if not isinstance(node, DictConfig):
+        raise ConfigError(f"config: {path} holds a {type(node).__name__}, not a mapping of "
+                          "sections. Fix: write it as `algo: {gamma: 0.99}` (see "
+                          "`ragen train --print-config`)")  # fmt: skip
+    return node
+
+
 def load_config(overrides: list[str] | None = None) -> TrainConfig:
     """Resolve presets + overrides into a validated :class:`TrainConfig` (see module
     docstring); raises :class:`~ragen.errors.ConfigError`."""
@@ -674,9 +695,7 @@ def load_config(overrides: list[str] | None = None) -> TrainConfig:
     if algo is not None:
         cfg = _apply_preset(cfg, "algo", algo)
     for path in files:
-        if not Path(path).exists():
-            raise ConfigError(f"config: file {path!r} does not exist. Fix: check the path")
-        cfg = _merge(cfg, OmegaConf.load(path), path)
+        cfg = _merge(cfg, _load_file(path), path)
     if dotted:
         cfg = _merge(cfg, nest_dotted(dotted), "command line")
     typed: TrainConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
