@@ -29,7 +29,8 @@ def test_every_key_has_help_and_the_doc_lists_each_once():
     infos = describe()
     keys = [i.key for i in infos]
     assert len(keys) == len(set(keys)) > 120
-    assert all(len(i.help) > 10 for i in infos), [i.key for i in infos if len(i.help) <= 10]
+    bare = [i.key for i in infos if len(i.help) <= 10]
+    assert not bare, f"declare these keys with option(default, help, ...): {bare}"
     for key in ("algo.gamma", "algo.clip_ratio_low", "algo.kl_coef", "trainer.collapse.window"):
         assert f"| `{key}` |" in markdown()
     with pytest.raises(TypeError, match="help"):

@@ -78,9 +78,9 @@ def describe(config: Any = None) -> list[KeyInfo]:
     infos = []
     for key, f, value in walk_fields(config if config is not None else TrainConfig):
         spec = spec_of(f)
-        if spec is None:  # every section field is an option(); a plain one is a bug
-            raise TypeError(f"config key {key} has no help: declare it with option(...)")
-        text = spec.help
+        # every key is declared with option(...); tests/test_config_doc.py fails on one
+        # that is not, while the commands still print the rest
+        text = spec.help if spec is not None else ""
         used = _used_by(key)
         if used:
             text = f"{text} ({used})"
