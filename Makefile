@@ -24,12 +24,12 @@ demo: setup
 	$(BIN)/python -m ragen.demo
 
 lint: setup
-	$(BIN)/ruff check ragen tests bench
-	$(BIN)/ruff format --check ragen tests bench
+	$(BIN)/ruff check ragen tests bench experiments
+	$(BIN)/ruff format --check ragen tests bench experiments
 
 format: setup
-	$(BIN)/ruff check --fix ragen tests bench
-	$(BIN)/ruff format ragen tests bench
+	$(BIN)/ruff check --fix ragen tests bench experiments
+	$(BIN)/ruff format ragen tests bench experiments
 
 bench: setup
 	$(BIN)/python -m bench.run_all

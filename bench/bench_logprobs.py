@@ -34,8 +34,15 @@ def main() -> None:
     torch.manual_seed(0)
     model, tok = load_policy(f"tiny:{args.size}")
     rollout = RolloutConfig(max_turns=5, max_actions_per_turn=2, prompt_style="compact")
+    # labels=played: whole multi-turn episodes as samples (the expert's labels need one
+    # state per sample once moves are noisy, and long samples are what this measures)
     cfg = SFTConfig(
-        env="sokoban", rollout=rollout, episodes=args.batch, epsilon=0.25, actions_per_turn=2
+        env="sokoban",
+        rollout=rollout,
+        episodes=args.batch,
+        epsilon=0.25,
+        actions_per_turn=2,
+        labels="played",
     )
     batch = collate(make_expert_data(tok, cfg), tok.pad_token_id)
     ids, attn, mask = batch.input_ids, batch.attention_mask, batch.response_mask

@@ -12,7 +12,7 @@
 #        runs little of the session's time
 # speed  rollout speed: bench.bench_rollout, nano and small, 1,024 sequences, 3 engines
 #        (measured on an H200 already: not in the default stages)
-# grid   grid RL at 16x the demo's episodes per update (bench.bench_grid_scale),
+# grid   grid RL at 16x the demo's episodes per update (experiments.grid_scale.run),
 #        time-boxed to end SECONDS after this script started; $GRID_VARIANTS and
 #        $GRID_ENVS override what runs (docs/RESULTS.md, "GPU: 16x the episodes ..."),
 #        $GRID_ARGS adds options (e.g. "--size micro --sft-episodes 8192" for other warm
@@ -92,7 +92,7 @@ fi
 if has grid; then
     say "grid RL at scale -> grid.log"
     # shellcheck disable=SC2086 # the variant and env lists are word lists on purpose
-    python3 -m bench.bench_grid_scale --out "$GRID_OUT" $GRID_ENVS $GRID_ARGS --seeds 0 1 2 \
+    python3 -m experiments.grid_scale.run --out "$GRID_OUT" $GRID_ENVS $GRID_ARGS --seeds 0 1 2 \
         --eval-episodes 512 --jobs 6 --finish-by $((BUDGET_S - 25 - SECONDS)) \
         --eval-reserve 60 --extra trainer.bf16=false --extra algo.micro_token_budget=32768 \
         $GRID_VARIANTS > "$OUT_DIR/grid.log" 2>&1
@@ -102,7 +102,7 @@ if has grid; then
         $(find "$GRID_OUT" -name metrics.jsonl -o -name config.yaml | grep -v checkpoints) \
         2>/dev/null
     # FrozenLake's warm starts and final RL actors, for move-by-move grading on a CPU
-    # later (bench.bench_lake_moves); about 4.7 MB per nano model, 15 MB per file back
+    # later (experiments.lake_moves.run); about 4.7 MB per nano model, 15 MB per file back
     find "$GRID_OUT"/frozen_lake -path '*/checkpoints/step_*/actor' -o -path '*/sft' \
         -type d | sort | tar czf /tmp/models.tgz -T - 2>/dev/null
     split -b 15m /tmp/models.tgz "$OUT_DIR/models.tgz." 2>/dev/null

@@ -7,13 +7,15 @@ Values are YAML (``null``, ``true``, ``[8, 8]``, ``{a: 1}``), with two additions
 command line needs: ``1e-3`` is a float (YAML 1.1 wants ``1.0e-3``) and ``1/3`` is a
 fraction. A value that is not valid YAML stays the raw string; an empty value is ``""``.
 Used by ``ragen train`` (dotted config overrides), ``ragen eval``/``ragen sft``
-(``--env-config``) and ``ragen play`` (``--set``).
+(``--env-config``) and ``ragen play`` (``--set``). The rollout flags those commands share
+are generated from ``RolloutConfig`` in ``ragen.agent.rollout_flags``.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+from pathlib import Path
 from typing import Any
 
 from ragen.errors import UsageError
@@ -95,89 +97,27 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
         return text + " (default: %(default)s)"
 
 
-_ROLLOUT_DEFAULTS = "_rollout_defaults"  # where add_rollout_flags keeps its defaults
-
-
-def add_rollout_flags(
-    parser: Any, names: list[str] | None = None, defaults: dict[str, Any] | None = None
-) -> None:
-    """Add one ``--flag`` per :class:`~ragen.agent.rollout.RolloutConfig` field in ``names``
-    (default: all but ``env_groups``/``group_size``/``seed``): ``max_new_tokens`` ->
-    ``--max-new-tokens``, a bool ``flag`` -> ``--flag``/``--no-flag``.
-
-    Every flag's argparse default is None, so a flag given on the command line is told
-    apart from one left out (:func:`given_rollout_flags`); the effective default (the
-    dataclass's, unless ``defaults`` overrides it) is shown in ``--help`` and applied by
-    :func:`rollout_from_args`.
-    """
-    import argparse
-    from dataclasses import MISSING, fields
-
-    from ragen.agent.context import TEMPLATE_STRATEGIES
-    from ragen.agent.prompts import PROMPT_STYLES
-    from ragen.agent.reasoning import REASONING_FORMATS
-    from ragen.agent.rollout import RolloutConfig
-
-    choices = {
-        "prompt_style": PROMPT_STYLES,
-        "template_strategy": TEMPLATE_STRATEGIES,
-        "reasoning": REASONING_FORMATS,
-    }
-    known = {f.name: f for f in fields(RolloutConfig)}
-    wanted = names or [n for n in known if n not in ("env_groups", "group_size", "seed")]
-    group = parser.add_argument_group("rollout (the same knobs as `ragen train rollout.*`)")
-    effective: dict[str, Any] = {}
-    for name in wanted:
-        f = known[name]
-        default = (defaults or {}).get(name, f.default if f.default is not MISSING else None)
-        effective[name] = default
-        flag = "--" + name.replace("_", "-")
-        what = f"rollout.{name}"
-        if isinstance(default, bool):
-            group.add_argument(
-                flag,
-                dest=name,
-                action=argparse.BooleanOptionalAction,
-                default=None,
-                help=f"{what} (default: {str(default).lower()})",
-            )
-            continue
-        kind = type(default) if default is not None else int  # context_window: int | None
-        group.add_argument(
-            flag,
-            dest=name,
-            type=kind,
-            default=None,
-            choices=choices.get(name),
-            help=f"{what} (default: {default})",
-        )
-    parser.set_defaults(**{_ROLLOUT_DEFAULTS: effective})
-
-
-def given_rollout_flags(args: Any) -> dict[str, Any]:
-    """The rollout flags of :func:`add_rollout_flags` given on the command line."""
-    from dataclasses import fields
-
-    from ragen.agent.rollout import RolloutConfig
-
-    names = [f.name for f in fields(RolloutConfig)]
-    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
-
-
-def rollout_from_args(args: Any, inherited: dict[str, Any] | None = None, **overrides: Any):
-    """The :class:`~ragen.agent.rollout.RolloutConfig` the flags of
-    :func:`add_rollout_flags` describe. Precedence, highest first: ``overrides``, flags
-    given on the command line, ``inherited`` (e.g. a training run's settings), the flags'
-    defaults, the dataclass defaults."""
-    from ragen.agent.rollout import RolloutConfig
-
-    values = {
-        **getattr(args, _ROLLOUT_DEFAULTS, {}),
-        **(inherited or {}),
-        **given_rollout_flags(args),
-        **overrides,
-    }
-    return RolloutConfig(**values)
+def check_out_dir(path: str | Path, flag: str = "--out") -> Path:
+    """Check, before any work, that the output folder ``path`` can be created, or raise a
+    one-line :class:`UsageError` (an existing file, a place that cannot be written).
+    Leaves nothing behind: the folders it creates to find out are removed again."""
+    out = Path(path).expanduser()
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{flag} {out} exists and is not a folder. Fix: choose another {flag}")
+    missing = []
+    for folder in (out, *out.parents):
+        if folder.exists():
+            break
+        missing.append(folder)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(
+            f"{flag} {out}: cannot create it ({err.strerror or err}). Fix: choose a writable folder"
+        ) from None
+    for folder in missing:  # deepest first
+        folder.rmdir()
+    return out
 
 
 def add_env_config_flag(parser: Any) -> None:

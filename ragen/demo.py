@@ -27,7 +27,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import ragen.envs as envs
+from ragen.agent.evaluate import evaluate
+from ragen.agent.reasoning import REASONING_FORMATS, SECTIONS, needs_facts
+from ragen.agent.reasoning_rewards import REASONING_REWARDS
+from ragen.agent.rollout import RolloutConfig, format_rewards
+from ragen.cli_utils import parse_key_values
 from ragen.errors import UsageError
+from ragen.models.tiny import create_tiny, describe
+from ragen.viewer import build_site
+from ragen.viz.report import write_demo_report
 
 DEFAULT_ENVS = ("bandit", "frozen_lake", "sokoban")
 STAGES = ("tiny", "sft", "rl", "eval", "report")
@@ -44,8 +53,6 @@ class EnvShape:
     def rollout(self, budget: Budget, env: str = ""):
         """The :class:`~ragen.agent.rollout.RolloutConfig` of SFT data and evaluation
         (``ragen train`` gets the same knobs from :func:`rollout_overrides`)."""
-        from ragen.agent.rollout import RolloutConfig
-
         return RolloutConfig(
             max_turns=self.max_turns,
             max_actions_per_turn=self.actions_per_turn,
@@ -162,24 +169,18 @@ class Budget:
 
     def reasoning_of(self, env: str) -> str:
         """The reply format ``env`` is played with."""
-        from ragen.agent.reasoning import needs_facts
-
         if needs_facts(self.reasoning) and not _has_facts(env):
             return "free_think"
         return self.reasoning
 
     def new_tokens(self, env: str) -> int:
         """``rollout.max_new_tokens`` for ``env``'s reply format."""
-        from ragen.agent.reasoning import SECTIONS
-
         if SECTIONS[self.reasoning_of(env)]:
             return max(self.max_new_tokens, self.structured_max_new_tokens)
         return self.max_new_tokens
 
     def reasoning_rewards_of(self, env: str) -> dict[str, float]:
         """The reward weights that apply to ``env``'s format (the others are dropped)."""
-        from ragen.agent.rollout import format_rewards
-
         allowed = format_rewards(self.reasoning_of(env))
         return {k: w for k, w in self.reasoning_rewards.items() if k in allowed}
 
@@ -187,8 +188,6 @@ class Budget:
 @functools.cache  # one env construction per name, not one per question
 def _has_facts(env: str) -> bool:
     """Whether registered env ``env`` has a state checker (``Env.fact_kinds``)."""
-    import ragen.envs as envs
-
     return bool(envs.make(env).fact_kinds)
 
 
@@ -264,13 +263,11 @@ class Demo:
 
     # -- stages ----------------------------------------------------------------------
     def stage_tiny(self) -> None:
-        from ragen.models.tiny import create_tiny, describe
-
         self.log(f"building the tiny model ({describe(self.budget.tiny_size)}) in {self.tiny_dir}")
         create_tiny(self.tiny_dir, size=self.budget.tiny_size, seed=self.seed)
 
     def stage_sft(self, env: str) -> None:
-        from ragen.sft.trainer import SFTConfig, run_sft
+        from ragen.sft.trainer import SFTConfig, run_sft  # deferred: imports torch
 
         self._require(self.tiny_dir / "config.json", "tiny")
         shape, b = ENV_SHAPE[env], self.budget
@@ -303,6 +300,7 @@ class Demo:
     def stage_rl(self, env: str) -> None:
         import shutil
 
+        # deferred: the trainer imports torch, which `ragen --help` need not wait for
         from ragen.trainer.config import load_config
         from ragen.trainer.starpo import StarPOTrainer
 
@@ -332,8 +330,6 @@ class Demo:
         StarPOTrainer(load_config(overrides)).train()
 
     def stage_eval(self, env: str) -> None:
-        from ragen.agent.evaluate import evaluate
-
         n = self.budget.eval_episodes
         shape = ENV_SHAPE[env]
         rollout = shape.rollout(self.budget, env)  # the same limits the agent trained under
@@ -369,14 +365,11 @@ class Demo:
         self.save_results()
 
     def stage_report(self) -> None:
-        from ragen.viz.report import write_demo_report
-
         path = write_demo_report(
             self.out, self.results, self.envs, {env: self.rl_dir(env) for env in self.envs}
         )
         self.log(f"report: {path}")
         print((self.out / "results.md").read_text())
-        from ragen.viewer import build_site
 
         index = build_site(self.out, self.out / "site")
         self.log(f"viewer: file://{index.resolve()} (or: ragen view {self.out} --serve)")
@@ -567,10 +560,6 @@ def _add_args(p: argparse.ArgumentParser) -> None:
 def budget_from_args(args: argparse.Namespace) -> Budget:
     """The ``--budget`` preset with ``--reasoning`` / ``--reasoning-reward`` applied."""
     import dataclasses
-
-    from ragen.agent.reasoning import REASONING_FORMATS
-    from ragen.agent.reasoning_rewards import REASONING_REWARDS
-    from ragen.cli_utils import parse_key_values
 
     budget = BUDGETS[args.budget]
     changes: dict[str, Any] = {}

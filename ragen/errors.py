@@ -77,6 +77,11 @@ class NonFiniteError(RagenError, FloatingPointError):
     to be saved or just loaded; the message names where, what was kept, and the fix."""
 
 
+class MissingFileError(RagenError, FileNotFoundError):
+    """A file or folder the user named that does not exist (a levels file, an env config
+    file, a checkpoint, a run's metrics); the message names the path and what to pass."""
+
+
 class RunDirError(RagenError, OSError):
     """A run folder that cannot be used: read-only, full, or held by another training."""
 
@@ -95,6 +100,7 @@ __all__ = [
     "EnvContractError",
     "NonFiniteError",
     "RunDirError",
+    "MissingFileError",
     "check_choice",
 ]
 

@@ -69,7 +69,7 @@ def test_eval_errors_are_one_line(capsys):
         (["--model", "oracle", "--env-config", "nokey"], "KEY=VALUE"),
         (["--model", "oracle", "--env-config", "bogus=1"], "has no option 'bogus'"),
         (["--model", "tinyy"], "Did you mean 'tiny'"),
-        (["--model", "oracle", "--max-new-tokens", "0"], "max_new_tokens: must be >= 1"),
+        (["--model", "oracle", "--max-new-tokens", "0"], "--max-new-tokens: must be >= 1"),
     ]
     for extra, message in cases:
         rc = main(["eval", "--env", "frozen_lake", "--n", "4", *extra])

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from ragen.engines.base import SamplingParams
-from ragen.engines.compiled import StaticHFEngine, gqa_decode_attention, make_hf_engine
+from ragen.engines.compiled import StaticHFEngine, make_hf_engine
+from ragen.engines.gqa_attention import gqa_decode_attention
 from ragen.engines.hf import HFEngine, inverse_cdf_sample
 from ragen.models.logprobs import token_logprobs
 from ragen.models.tiny import build_model, build_tokenizer

@@ -160,7 +160,7 @@ def test_default_oracle_reaches_the_goal_within_a_turn_budget_far_more_often():
     """The default oracle (gamma 0.9) is what a 10-turn episode needs: the policy that
     maximizes the chance of *ever* arriving walks cautious detours and runs out of steps.
     On 200 random maps x 5 episodes: ~89% against ~66% (10,000 maps in
-    bench.bench_lake_oracles: 89.7% / 65.8%)."""
+    experiments.lake_oracles.run: 89.7% / 65.8%)."""
     fast = _success_within(FrozenLakeEnv(max_steps=10), maps=200, episodes=5)
     safest = _success_within(FrozenLakeEnv(max_steps=10, oracle_gamma=1), maps=200, episodes=5)
     assert fast > 0.8 and safest < 0.75 and fast - safest > 0.12

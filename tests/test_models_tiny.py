@@ -180,7 +180,7 @@ def test_tiny_means_one_size_everywhere(tmp_path, monkeypatch, capsys):
     built = []
     monkeypatch.setenv("RAGEN_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(
-        "ragen.models.tiny.create_tiny", lambda out, size, seed: built.append(size) or out
+        "ragen.models.loading.create_tiny", lambda out, size, seed: built.append(size) or out
     )
     resolve_model("tiny")
     assert built == [DEFAULT_SIZE]

@@ -118,17 +118,21 @@ def test_a_nan_gradient_stops_the_step_before_the_optimizer(tiny_model_dir, tmp_
 
 
 def test_a_nan_loss_stops_the_step_and_is_named(tiny_model_dir, tmp_path, monkeypatch, capsys):
-    import ragen.algo
+    from ragen.algo import registry
 
-    real = ragen.algo.ppo_policy_loss
+    real = registry.get_policy_loss("ppo")
 
     def nan_loss(**kwargs):
         loss, metrics = real(**kwargs)
         return loss * float("nan"), metrics
 
-    monkeypatch.setattr(ragen.algo, "ppo_policy_loss", nan_loss)
+    # a registered loss, selected by algo.policy_loss, as a user's own would be
+    monkeypatch.setitem(
+        registry._POLICY_LOSSES, "nan_ppo", dataclasses.replace(real, name="nan_ppo", fn=nan_loss)
+    )
     run = tmp_path / "run"
-    args = _overrides(tiny_model_dir, run, "bandit", "grpo", steps=2, extra=["model.device=cpu"])
+    extra = ["model.device=cpu", "algo.policy_loss=nan_ppo"]
+    args = _overrides(tiny_model_dir, run, "bandit", "grpo", steps=2, extra=extra)
     assert main(["train", *args]) == 2
     line = _one_line(capsys.readouterr().err, "train")
     assert "step 1: the actor loss is nan, so the run stops before that optimizer step" in line
@@ -150,7 +154,7 @@ def test_saving_refuses_non_finite_weights(tiny_model_dir, tmp_path):
 def test_loading_refuses_non_finite_weights(tiny_model_dir, tmp_path, monkeypatch, capsys):
     """What `actor_lr=inf` used to leave behind: a checkpoint of NaN weights, which
     `ragen eval` played and reported as a normal table, and a resume continued from."""
-    import ragen.models.finite
+    import ragen.trainer.checkpoint
 
     run = tmp_path / "run"
     trainer = _trainer(tiny_model_dir, run)
@@ -158,7 +162,7 @@ def test_loading_refuses_non_finite_weights(tiny_model_dir, tmp_path, monkeypatc
         for p in trainer.actor.parameters():
             p.fill_(float("nan"))
     # written as a diverged run of an older version did (the save check bypassed)
-    monkeypatch.setattr(ragen.models.finite, "check_finite_weights", lambda *a, **k: None)
+    monkeypatch.setattr(ragen.trainer.checkpoint, "check_finite_weights", lambda *a, **k: None)
     path = trainer.save_checkpoint(2)
     trainer.close()
     monkeypatch.undo()

@@ -146,3 +146,73 @@ def test_user_caused_value_errors_are_user_errors():
     ]
     for call, cls, match in cases:
         _raises_user_error(call, cls, match)
+
+
+# issue 35: the last ones a probe of bad files, options and folders found
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("model: [1, 2\n", "is not valid YAML (line 2, column 1)"),
+        ("- a\n- b\n", "holds a ListConfig, not a mapping of sections"),
+    ],
+)
+def test_a_config_file_that_is_not_a_config_is_one_line(tmp_path, capsys, text, expected):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    assert main(["train", f"config={path}", "--print-config"]) == 2
+    assert expected in _one_line(capsys, "train")
+
+
+@pytest.mark.parametrize(
+    "argv, command, expected",
+    [
+        (
+            ["play", "sokoban", "--set", "levels=/no/such/levels.txt", "--solve"],
+            "play",
+            "levels file '/no/such/levels.txt' not found",
+        ),  # fmt: skip
+        (
+            ["play", "frozen_lake", "--set", "p=nan", "--solve"],
+            "play",
+            "p='nan' must be a probability in [0, 1]",
+        ),  # fmt: skip
+        (
+            ["eval", "--model", "oracle", "--env", "bandit", "--n", "2", "--out", "/proc/ragen"],
+            "eval",
+            "--out /proc/ragen: cannot create it",
+        ),  # fmt: skip
+        (
+            ["sft", "--env", "bandit", "--episodes", "2", "--out", "/proc/ragen"],
+            "sft",
+            "--out /proc/ragen: cannot create it",
+        ),  # fmt: skip
+    ],
+)
+def test_bad_files_and_folders_are_one_line(capsys, argv, command, expected):
+    assert main(argv) == 2
+    line = _one_line(capsys, command)
+    assert expected in line, line
+
+
+def test_an_output_folder_that_is_a_file_is_one_line(tmp_path, capsys):
+    taken = tmp_path / "taken"
+    taken.write_text("x")
+    assert main(["models", "create-tiny", "--out", str(taken)]) == 2
+    assert "exists and is not a folder" in _one_line(capsys, "models")
+
+
+def test_a_port_out_of_range_is_refused_by_the_parser(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["serve-env", "sokoban", "--port", "99999"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "'99999' is not a TCP port (0-65535" in err
+
+
+def test_a_missing_file_is_still_a_file_not_found_error():
+    from ragen.envs.sokoban.level_files import load_levels
+    from ragen.errors import MissingFileError
+
+    with pytest.raises(FileNotFoundError) as err:
+        load_levels("/no/such/levels.txt")
+    assert isinstance(err.value, MissingFileError) and isinstance(err.value, RagenError)

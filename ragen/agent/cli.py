@@ -15,14 +15,19 @@ from __future__ import annotations
 
 import argparse
 
-from ragen.cli_utils import (
-    HelpFormatter,
-    add_env_config_flag,
-    add_rollout_flags,
-    given_rollout_flags,
-    parse_key_values,
-    rollout_from_args,
+from ragen.cli_utils import HelpFormatter, add_env_config_flag, check_out_dir, parse_key_values
+from ragen.envs import check_options as check_env_options
+from ragen.errors import UsageError
+
+from .evaluate import (
+    REFERENCE_POLICIES,
+    Progress,
+    find_training_run,
+    format_table,
+    run_evaluation,
+    run_rollout_settings,
 )
+from .rollout_flags import add_rollout_flags, given_rollout_flags, rollout_from_args
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -80,11 +85,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from ragen.errors import UsageError
-    from ragen.trainer.config import check_env_options
-
-    from .evaluate import Progress, format_table, run_evaluation
-
     if not 0 <= args.epsilon <= 1:  # also NaN
         raise UsageError(
             f"--epsilon must be in [0, 1] (the share of oracle actions made random), got "
@@ -95,6 +95,8 @@ def run_eval(args: argparse.Namespace) -> int:
     config.validate(prefix="--")
     env_config = parse_key_values(args.env_config, "--env-config")
     check_env_options(args.env, env_config, "--env-config")
+    if args.out:
+        check_out_dir(args.out)  # before the evaluation, not after it
     result = run_evaluation(
         model,
         args.env,
@@ -130,8 +132,6 @@ def _run_settings(args: argparse.Namespace) -> tuple[str, dict]:
     """``(model to load, rollout settings inherited from its training run)``: a run's
     checkpoint brings the run's rollout settings, minus the flags given; says which."""
     import sys
-
-    from .evaluate import REFERENCE_POLICIES, find_training_run, run_rollout_settings
 
     if args.api_base or args.model in REFERENCE_POLICIES:
         return args.model, {}

@@ -164,8 +164,6 @@ class ChatFormat:
     def encode_with_images(self, text: str, images: list) -> list[int]:
         """Ids of template text holding image placeholders; a text-only format has none
         (``ragen.agent.visual_context.VisionChatFormat`` implements it)."""
-        from ragen.errors import ConfigError
-
         raise ConfigError(
             "the environment observes through pictures but the model is text-only. Fix: use "
             "a vision-language model (e.g. `ragen models create-tiny-vlm --out DIR`), or "

@@ -24,7 +24,11 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ragen.engines.hf_vlm import engine_for  # HFEngine, or HFVLMEngine for a VLM
+from ragen.engines.openai_api import OpenAIChatEngine
 from ragen.errors import UsageError
+from ragen.models import load_policy
+from ragen.run_layout import CHECKPOINTS, TRAIN_CONFIG, checkpoint_dirs
 
 from .env_manager import EnvStateManager
 from .metrics import episodes_of, rollout_metrics
@@ -71,8 +75,6 @@ def find_training_run(model: str) -> TrainingRun | None:
     folder (``RUN/checkpoints/step_N``) or a run folder (``RUN``: its newest checkpoint).
     A run folder without checkpoints raises :class:`UsageError`.
     """
-    from ragen.trainer.checkpoint import TRAIN_CONFIG, CheckpointManager
-
     path = Path(model).expanduser()
     if not path.is_dir():
         return None
@@ -81,7 +83,7 @@ def find_training_run(model: str) -> TrainingRun | None:
     if (path / TRAIN_CONFIG).is_file() and (path / "actor").is_dir():
         return TrainingRun(str(path / "actor"), path / TRAIN_CONFIG)
     if (path / "checkpoints").is_dir() and not (path / "config.json").is_file():
-        steps = CheckpointManager(path).list()
+        steps = checkpoint_dirs(path / CHECKPOINTS)
         if not steps:
             raise UsageError(
                 f"run folder {path} has no checkpoints yet. Fix: pass a model folder, or "
@@ -193,14 +195,11 @@ def build_policy(
         return model
     if isinstance(model, str):
         if api_base:
-            from ragen.engines.openai_api import OpenAIChatEngine
-
             return ChatPolicy(OpenAIChatEngine(api_base, model), tokenizer)
         if model == "oracle":
             return OraclePolicy(actions_per_turn, epsilon, seed, tokenizer)
         if model == "random":
             return RandomPolicy(actions_per_turn, seed, tokenizer)
-        from ragen.models import load_policy
 
         lm, tokenizer = load_policy(model, device=device, dtype=dtype)
         model = lm
@@ -209,7 +208,6 @@ def build_policy(
             f"evaluate got a {type(model).__name__} without tokenizer=; pass the model's "
             "tokenizer (or a path / 'oracle' / 'random' as model)"
         )
-    from ragen.engines.hf_vlm import engine_for  # HFEngine, or HFVLMEngine for a VLM
 
     return ModelPolicy(engine_for(model, tokenizer), tokenizer)
 
@@ -338,7 +336,7 @@ def write_results(
     """``trajectories.jsonl`` (one episode per line) and ``metrics.json`` in ``out_dir``."""
     out = Path(out_dir).expanduser()
     if out.exists() and not out.is_dir():
-        raise FileExistsError(f"{out} exists and is not a folder; choose another --out")
+        raise UsageError(f"{out} exists and is not a folder. Fix: choose another --out")
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "trajectories.jsonl", "w", encoding="utf-8") as f:
         for samples in episodes_of(trajectories):

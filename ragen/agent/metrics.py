@@ -44,6 +44,7 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 
+from .reasoning_rewards import REASONING_REWARDS
 from .trajectory import Trajectory
 
 
@@ -141,8 +142,6 @@ def rollout_metrics(
 
 def _reasoning_metrics(heads: Sequence[Trajectory]) -> dict[str, float]:
     """``reward/<name>`` per reasoning reward and ``thought_words``, over all turns."""
-    from .reasoning_rewards import REASONING_REWARDS
-
     turns = [turn for h in heads for turn in h.turns]
     out: dict[str, float] = {}
     for name in REASONING_REWARDS:

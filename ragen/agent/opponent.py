@@ -16,6 +16,8 @@ import random
 from typing import Any
 
 from ragen.engines.base import SamplingParams
+from ragen.engines.hf_vlm import engine_for
+from ragen.models import load_policy
 
 from . import prompts
 from .reasoning import check_format, parse_reply
@@ -24,9 +26,6 @@ from .reasoning import check_format, parse_reply
 @functools.lru_cache(maxsize=4)
 def _load(model: str) -> tuple[Any, Any]:
     """``(engine, tokenizer)`` of ``model``, loaded once per process."""
-    from ragen.engines.hf_vlm import engine_for
-    from ragen.models import load_policy
-
     lm, tokenizer = load_policy(model)
     return engine_for(lm, tokenizer), tokenizer
 

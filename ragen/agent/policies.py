@@ -29,7 +29,7 @@ from ragen.envs.base import Env, derive_seed
 from ragen.envs.facts import format_facts
 from ragen.errors import UsageError
 
-from .reasoning import SECTIONS, format_reply
+from .reasoning import SECTIONS, format_reply, parse_reply
 
 
 @dataclass
@@ -270,8 +270,6 @@ class RelabeledPolicy(Policy):
         self.tokenizer = label.tokenizer
 
     def act(self, requests: list[TurnRequest], params: SamplingParams) -> list[PolicyOutput]:
-        from .reasoning import parse_reply
-
         labels = self.label.act(requests, params)  # before any env moves: same states
         moves = self.behavior.act(requests, params)
         for request, label, move in zip(requests, labels, moves):

@@ -92,8 +92,6 @@ def needs_facts(fmt: str) -> bool:
 def check_env_supports(fmt: str, fact_kinds: Sequence[str], env_name: str = "") -> None:
     """:class:`~ragen.errors.ConfigError` (a ValueError) naming ``rollout.reasoning`` and
     the fix when ``fmt`` needs facts and the env has no ``fact_kinds``."""
-    from ragen.errors import ConfigError
-
     if needs_facts(fmt) and not fact_kinds:
         env = f"environment {env_name!r}" if env_name else "this environment"
         raise ConfigError(

@@ -30,20 +30,22 @@ instead of training on episodes of a broken env.
 
 from __future__ import annotations
 
+import functools
 import logging
-import math
 import time
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from ragen.config_fields import check_section, display_key, option
 from ragen.engines.base import SamplingParams
 from ragen.envs.base import StepResultError, check_step_result, derive_seed
 from ragen.envs.facts import format_facts
 from ragen.envs.rgb import png_data_uri
 from ragen.envs.visual import has_image_observations
+from ragen.errors import ConfigError, EnvUnavailableError
 
 from . import prompts
-from .context import ChatFormat, ContextManager, SampleIds
+from .context import TEMPLATE_STRATEGIES, ChatFormat, ContextManager, SampleIds
 from .env_manager import EnvStateManager
 from .parsing import ANSWER_CLOSE, clean_text
 from .policies import Policy, PolicyOutput, TurnRequest
@@ -53,6 +55,11 @@ from .trajectory import Trajectory, TurnRecord
 from .visual_context import chat_format_for
 
 
+def _check_separator(value: str, key: str) -> None:
+    if not value or not value.strip():
+        raise ConfigError(f"{key}: must be a visible string. Fix: e.g. '||'")
+
+
 @dataclass
 class RolloutConfig:
     """Knobs of a rollout (defaults: RAGEN v1, docs/ARCHITECTURE.md "Paper defaults").
@@ -60,118 +67,136 @@ class RolloutConfig:
     The one definition of them: ``ragen train``'s ``rollout.*`` section is this class,
     and eval, SFT and the demo build one. ``env_groups``/``group_size`` size the
     trainer's batch (its env manager); :func:`run_rollout` takes them from the manager.
+    Each field's help, choices and range are its metadata (``ragen.config_fields``).
     """
 
-    env_groups: int = 8  # training only: prompt groups (distinct initial states) per step
-    group_size: int = 16  # training only: rollouts per initial state
-    max_turns: int = 5  # turns per episode
-    max_actions_per_turn: int = 5  # actions executed from one answer
-    max_actions_per_trajectory: int = 10  # actions per episode (the episode ends when spent)
-    max_new_tokens: int = 400  # generation budget per turn
-    max_model_len: int = 4096  # prompt + max_new_tokens must fit, else the episode ends
-    # how the reply reasons (ragen.agent.reasoning): no_think (<answer> only), free_think
-    # (<think>..</think><answer>..</answer>), grounding, world_modeling,
-    # grounding_world_modeling (sections inside the thought, checked against the env)
-    reasoning: str = "free_think"
-    # weights of the rule-checked reasoning rewards added to each turn's reward
-    # (ragen.agent.reasoning_rewards); 0 = scored and logged, not rewarded
-    grounding_reward: float = 0.0  # share of the <observation> facts true of the state
-    world_model_reward: float = 0.0  # <prediction> matches the (intended) next state
-    consistency_reward: float = 0.0  # the thought names the answer's actions last
-    # potential-based progress shaping: w * (Phi(s') - Phi(s)) added to each turn's reward,
-    # Phi from the env's solver (Env.progress_potential); 0 = off. Never shown in prompts.
-    progress_reward: float = 0.0
-    separator: str = "||"  # between actions inside <answer>
-    format_penalty: float = -0.1  # added to a badly formatted turn's reward
-    format_reward: float = 0.0  # added to a well-formed turn's reward
-    context_window: int | None = None  # None: full history; k: last k turns, one sample per turn
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0  # 0 = off
-    seed: int = 0  # sampling seed of this rollout (the trainer sets it per rollout)
-    template_strategy: str = "auto"  # auto | delta | fixed_prefix (see ragen.agent.context)
-    prompt_style: str = "full"  # full: env rules in the system prompt; compact: actions + format
-    # the share of a batch's episodes that may end by an env failure (an exception, a
-    # server that does not answer) before the rollout stops the run with an error; 0 =
-    # any failure stops it, 1 = never stop (the failed episodes are cut as truncated)
-    max_env_error_share: float = 0.25
+    env_groups: int = option(
+        8,
+        "training only: prompt groups (distinct initial states) per step",
+        ge=1,
+    )
+    group_size: int = option(
+        16,
+        "training only: rollouts per initial state (a group shares its seed)",
+        ge=1,
+    )
+    max_turns: int = option(5, "turns per episode", ge=1)
+    max_actions_per_turn: int = option(
+        5,
+        "actions executed from one answer (the rest are dropped)",
+        ge=1,
+    )
+    max_actions_per_trajectory: int = option(
+        10,
+        "actions per episode; the episode ends when they are spent",
+        ge=1,
+    )
+    max_new_tokens: int = option(400, "generation budget per turn (tokens)", ge=1)
+    max_model_len: int = option(
+        4096,
+        "prompt + max_new_tokens must fit in this many tokens, else the episode ends "
+        "as context_overflow",
+        ge=1,
+    )
+    reasoning: str = option(
+        "free_think",
+        "how the reply reasons (ragen.agent.reasoning): no_think (<answer> only), free_think "
+        "(<think>..</think><answer>..</answer>), or sections inside the thought that are "
+        "checked against the env (grounding, world_modeling, grounding_world_modeling)",
+        choices=REASONING_FORMATS,
+    )
+    grounding_reward: float = option(
+        0.0,
+        "weight of the grounding reward added to each turn's reward: the share of the "
+        "<observation> facts true of the state (0 = scored and logged, not rewarded)",
+        ge=0,
+        fix="0 turns it off",
+    )
+    world_model_reward: float = option(
+        0.0,
+        "weight of the world-model reward: the <prediction> matches the intended next "
+        "state (0 = scored and logged, not rewarded)",
+        ge=0,
+        fix="0 turns it off",
+    )
+    consistency_reward: float = option(
+        0.0,
+        "weight of the consistency reward: the thought names the answer's actions last "
+        "(0 = scored and logged, not rewarded)",
+        ge=0,
+        fix="0 turns it off",
+    )
+    progress_reward: float = option(
+        0.0,
+        "potential-based progress shaping: w * (Phi(s') - Phi(s)) added to each turn's "
+        "reward, Phi from the env's solver (Env.progress_potential); 0 = off; never shown "
+        "in prompts",
+        ge=0,
+        fix="0 turns it off",
+    )
+    separator: str = option("||", "between actions inside <answer>", check=_check_separator)
+    format_penalty: float = option(-0.1, "added to a badly formatted turn's reward")
+    format_reward: float = option(0.0, "added to a well-formed turn's reward")
+    context_window: int | None = option(
+        None,
+        "null: the whole history in one sample; k: the prompt keeps the last k turns "
+        "and every turn is its own sample",
+        ge=0,
+        fix="null keeps the whole history, k keeps the last k turns",
+    )
+    temperature: float = option(1.0, "sampling temperature (0 = greedy)", ge=0, fix="0 is greedy")
+    top_p: float = option(
+        1.0,
+        "nucleus sampling: keep the tokens of this much probability mass (1.0 = off)",
+        gt=0,
+        le=1,
+        fix="1.0 is off",
+    )
+    top_k: int = option(0, "sample among the k likeliest tokens (0 = off)", ge=0, fix="0 is off")
+    seed: int = option(0, "sampling seed of this rollout (the trainer sets it per rollout)")
+    template_strategy: str = option(
+        "auto",
+        "how the chat template's glue between turns is found (ragen.agent.context)",
+        choices=TEMPLATE_STRATEGIES,
+    )
+    prompt_style: str = option(
+        "full",
+        "full: the env's rules in the system prompt; compact: only the actions and "
+        "the reply format",
+        choices=prompts.PROMPT_STYLES,
+    )
+    max_env_error_share: float = option(
+        0.25,
+        "the share of a batch's episodes that may end by an env failure (an exception, "
+        "a server that does not answer) before the rollout stops the run; 0 = any failure "
+        "stops it, 1 = never stop (failed episodes are cut as truncated)",
+        ge=0,
+        le=1,
+        fix="0.25 (default); 1 never stops the run",
+    )
 
     def validate(self, prefix: str = "rollout.") -> None:
-        """Raise :class:`~ragen.errors.ConfigError` naming ``<prefix><key>``, the problem
-        and the fix; basic checks (choices, positivity) before combinations."""
-        from ragen.errors import ConfigError, check_choice
-
-        from .context import TEMPLATE_STRATEGIES
-
-        for f in fields(self):  # NaN slips through every range check below
-            value = getattr(self, f.name)
-            if isinstance(value, float) and not math.isfinite(value):
-                raise ConfigError(
-                    f"{prefix}{f.name.replace('_', '-') if prefix == '--' else f.name}: must be "
-                    f"a finite number, got {value}. Fix: give a number, e.g. {f.default}"
-                )
-        check_choice(f"{prefix}prompt_style", self.prompt_style, prompts.PROMPT_STYLES)
-        check_choice(f"{prefix}reasoning", self.reasoning, REASONING_FORMATS)
+        """Raise :class:`~ragen.errors.ConfigError` naming ``<prefix><key>`` (``--key``
+        for a command's flags), the problem and the fix: each key against its field's
+        choices and range, then the keys that must agree."""
+        check_section(self, prefix, what="choices")
+        check_section(self, prefix, what="ranges")
+        key = functools.partial(display_key, prefix)
         for name in REASONING_REWARDS:
             weight = self.reward_weights[name]
-            if not weight >= 0 or weight == float("inf"):  # also NaN and inf
-                raise ConfigError(
-                    f"{prefix}{name}_reward: must be a finite number >= 0, got {weight}. "
-                    "Fix: 0 turns it off"
-                )
             if weight > 0 and name not in format_rewards(self.reasoning):
                 raise ConfigError(
-                    f"{prefix}{name}_reward={weight} has no effect with "
-                    f"{prefix}reasoning={self.reasoning} (no {_REWARD_SECTION[name]} in the reply). "
-                    f"Fix: set {prefix}reasoning to a format with it, or {prefix}{name}_reward=0"
+                    f"{key(name + '_reward')}={weight} has no effect with "
+                    f"{key('reasoning')}={self.reasoning} (no {_REWARD_SECTION[name]} in the "
+                    f"reply). Fix: set {key('reasoning')} to a format with it, or "
+                    f"{key(name + '_reward')}=0"
                 )
-        if not self.progress_reward >= 0 or self.progress_reward == float("inf"):
-            raise ConfigError(
-                f"{prefix}progress_reward: must be a finite number >= 0, got "
-                f"{self.progress_reward}. Fix: 0 turns it off"
-            )
-        check_choice(f"{prefix}template_strategy", self.template_strategy, TEMPLATE_STRATEGIES)
-        for name in (
-            "env_groups",
-            "group_size",
-            "max_turns",
-            "max_actions_per_turn",
-            "max_actions_per_trajectory",
-            "max_new_tokens",
-            "max_model_len",
-        ):
-            value = getattr(self, name)
-            if int(value) < 1:
-                raise ConfigError(
-                    f"{prefix}{name}: must be >= 1, got {value}. Fix: use a positive integer"
-                )
-        if self.context_window is not None and self.context_window < 0:
-            raise ConfigError(
-                f"{prefix}context_window: must be null or >= 0, got {self.context_window}. "
-                "Fix: null keeps the whole history, k keeps the last k turns"
-            )
-        if not self.separator or not self.separator.strip():
-            raise ConfigError(f"{prefix}separator: must be a visible string. Fix: e.g. '||'")
-        if not 0 <= self.max_env_error_share <= 1:  # also NaN
-            raise ConfigError(
-                f"{prefix}max_env_error_share: must be in [0, 1], got "
-                f"{self.max_env_error_share}. Fix: 0.25 (default); 1 never stops the run"
-            )
-        if self.temperature < 0:
-            raise ConfigError(
-                f"{prefix}temperature: must be >= 0, got {self.temperature}. Fix: 0 is greedy"
-            )
-        if not 0 < self.top_p <= 1:
-            raise ConfigError(
-                f"{prefix}top_p: must be in (0, 1], got {self.top_p}. Fix: 1.0 is off"
-            )
-        if self.top_k < 0:
-            raise ConfigError(f"{prefix}top_k: must be >= 0, got {self.top_k}. Fix: 0 is off")
         if self.max_new_tokens >= self.max_model_len:
             raise ConfigError(
-                f"{prefix}max_new_tokens: {self.max_new_tokens} must be below "
-                f"{prefix}max_model_len ({self.max_model_len}), a single turn cannot exceed the "
-                f"model context. Fix: lower {prefix}max_new_tokens or raise {prefix}max_model_len"
+                f"{key('max_new_tokens')}: {self.max_new_tokens} must be below "
+                f"{key('max_model_len')} ({self.max_model_len}), a single turn cannot exceed "
+                f"the model context. Fix: lower {key('max_new_tokens')} or raise "
+                f"{key('max_model_len')}"
             )
 
     @property
@@ -276,8 +301,6 @@ def run_rollout(
     for i, env in enumerate(manager.envs):
         check_env_supports(config.reasoning, env.fact_kinds, env.name or type(env).__name__)
         if config.progress_reward > 0 and not getattr(env, "progress_potential_meaning", ""):
-            from ragen.errors import ConfigError
-
             raise ConfigError(
                 f"rollout.progress_reward={config.progress_reward}: env "
                 f"{env.name or type(env).__name__!r} has no progress potential "
@@ -372,7 +395,6 @@ def _check_env_errors(episodes: list[_Episode], config: RolloutConfig) -> None:
     failed = [ep for ep in episodes if ep.env_error is not None]
     if not failed or len(failed) <= config.max_env_error_share * len(episodes):
         return
-    from ragen.errors import EnvUnavailableError
 
     raise EnvUnavailableError(
         f"{len(failed)} of {len(episodes)} episodes ended because the environment failed "

@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from ragen.envs.visual import IMAGE_PLACEHOLDER
+from ragen.models.vlm import image_token_id, is_processor
 
 from .context import ChatFormat
 
@@ -52,8 +53,6 @@ class VisionChatFormat(ChatFormat):
     def __init__(
         self, processor: Any, strategy: str = "auto", eos_ids: list[int] | None = None
     ) -> None:
-        from ragen.models.vlm import image_token_id
-
         self.processor = processor
         self.image_token_id = image_token_id(processor)
         template = getattr(processor, "chat_template", None) or getattr(
@@ -121,8 +120,6 @@ class VisionChatFormat(ChatFormat):
 
 def chat_format_for(tokenizer_or_processor: Any, strategy: str, eos_ids: list[int] | None):
     """A :class:`VisionChatFormat` for a processor, a plain ``ChatFormat`` otherwise."""
-    from ragen.models.vlm import is_processor
-
     if is_processor(tokenizer_or_processor):
         return VisionChatFormat(tokenizer_or_processor, strategy=strategy, eos_ids=eos_ids)
     return ChatFormat(tokenizer_or_processor, strategy=strategy, eos_ids=eos_ids)

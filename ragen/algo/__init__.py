@@ -11,7 +11,8 @@ one submodule that defines it:
   gae         compute_gae, compute_masked_gae, compute_bi_level_gae,
               compute_vagen_bi_level_gae, compute_turn_gae
   outcome     compute_grpo, compute_drgrpo, compute_rloo, compute_reinforce_plus_plus
-  registry    get_advantage_estimator / register_advantage_estimator / needs_critic ...
+  registry    advantage estimators and policy losses by name: get_advantage_estimator,
+              register_advantage_estimator, needs_critic, get_policy_loss, ...
   normalize   normalize_scores (ARPO / BRPO / GRPO score normalization)
   filtering   filter_groups (StarPO-S uncertainty filtering)
   losses      agg_denominator, agg_loss, ppo_policy_loss, value_loss, explained_variance
@@ -47,10 +48,14 @@ from ragen.algo.outcome import (
 )
 from ragen.algo.registry import (
     AdvantageEstimator,
+    PolicyLoss,
     get_advantage_estimator,
+    get_policy_loss,
     list_advantage_estimators,
+    list_policy_losses,
     needs_critic,
     register_advantage_estimator,
+    register_policy_loss,
 )
 from ragen.algo.scan import discounted_reverse_cumsum
 from ragen.algo.utils import masked_mean, masked_var, masked_whiten
@@ -73,6 +78,10 @@ __all__ = [
     "get_advantage_estimator",
     "list_advantage_estimators",
     "needs_critic",
+    "PolicyLoss",
+    "register_policy_loss",
+    "get_policy_loss",
+    "list_policy_losses",
     # normalization and filtering
     "normalize_scores",
     "GROUPINGS",

@@ -11,6 +11,7 @@ import math
 import torch
 from torch import Tensor
 
+from ragen.algo.registry import register_policy_loss
 from ragen.algo.utils import as_float, check_same_shape, check_tensor, masked_mean, masked_var
 from ragen.errors import ConfigError
 
@@ -149,6 +150,7 @@ def _denominator(loss_mask: Tensor, loss_agg_mode: str, norm_constant: float | N
     return (mask.sum(-1) != 0).to(mask.dtype).sum()
 
 
+@register_policy_loss("ppo")
 def ppo_policy_loss(
     old_log_prob: Tensor,
     log_prob: Tensor,

@@ -1,4 +1,4 @@
-"""Advantage estimators by name, with one calling convention for the trainer.
+"""Advantage estimators and policy losses by name, each with one calling convention.
 
 Register a new estimator with a decorator::
 
@@ -26,7 +26,22 @@ hyper-parameter that *some* registered estimator takes is dropped silently (so o
 config can serve every estimator), while an unknown name raises ``TypeError`` (a typo
 such as ``lamda`` never goes unnoticed). Whether an estimator needs a critic, turn ends
 or group ids is read from its signature (a parameter ``values``, ``turn_end_mask`` or
-``index`` without a default) unless given to the decorator.
+``index`` without a default) unless given to the decorator. What each estimator needs
+is also what config validation asks (``ragen.trainer.config``): no list of names there.
+
+The built-in estimators (``ragen.algo.gae``, ``outcome``) and the policy loss
+(``ragen.algo.losses``) register themselves when imported; ``ragen/algo/__init__.py``
+imports them, and Python runs it before any ``ragen.algo.*`` module, so the registries
+are full whichever module asks. A policy loss registers the same way::
+
+    @register_policy_loss("my_loss")
+    def my_loss(old_log_prob, log_prob, advantages, response_mask, *, loss_agg_mode,
+                norm_constant, denominator, my_knob=1.0):
+        ...
+        return loss, metrics
+
+and ``algo.policy_loss=my_loss`` selects it; the trainer passes the ``algo.*`` values of
+the hyper-parameters it declares (``clip_ratio_low``, ...).
 """
 
 from __future__ import annotations
@@ -43,6 +58,10 @@ __all__ = [
     "get_advantage_estimator",
     "list_advantage_estimators",
     "needs_critic",
+    "PolicyLoss",
+    "register_policy_loss",
+    "get_policy_loss",
+    "list_policy_losses",
 ]
 
 # The standard inputs a trainer has; everything else an estimator takes is a hyper-parameter.
@@ -173,15 +192,8 @@ def register_advantage_estimator(
     return decorator
 
 
-def _ensure_builtins() -> None:
-    # Importing the estimator modules registers the built-in names.
-    import ragen.algo.gae  # noqa: F401
-    import ragen.algo.outcome  # noqa: F401
-
-
 def get_advantage_estimator(name: str) -> AdvantageEstimator:
     """The estimator registered as ``name``; ``KeyError`` listing the names otherwise."""
-    _ensure_builtins()
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -192,10 +204,83 @@ def get_advantage_estimator(name: str) -> AdvantageEstimator:
 
 def list_advantage_estimators() -> list[str]:
     """Sorted names of all registered estimators."""
-    _ensure_builtins()
     return sorted(_REGISTRY)
 
 
 def needs_critic(name: str) -> bool:
     """Whether estimator ``name`` needs value predictions (a critic)."""
     return get_advantage_estimator(name).needs_critic
+
+
+def critic_free_estimators() -> list[str]:
+    """Sorted names of the estimators that need no critic."""
+    return [name for name in list_advantage_estimators() if not needs_critic(name)]
+
+
+# --------------------------------------------------------------------------- policy losses
+# What every policy loss is given: the (B, T) tensors, then how to aggregate over tokens.
+POLICY_LOSS_DATA_ARGS = ("old_log_prob", "log_prob", "advantages", "response_mask")
+POLICY_LOSS_AGG_ARGS = ("loss_agg_mode", "norm_constant", "denominator")
+
+_POLICY_LOSSES: dict[str, PolicyLoss] = {}
+
+
+@dataclass(frozen=True)
+class PolicyLoss:
+    """A registered policy loss: the function plus the hyper-parameters it declares."""
+
+    name: str
+    fn: Callable[..., tuple[Tensor, dict[str, float]]]
+    hyper_params: tuple[str, ...]  # fn's parameters beyond the data and aggregation args
+
+    def __call__(self, **kwargs) -> tuple[Tensor, dict[str, float]]:
+        """Run the loss -> ``(loss, metrics)``. A hyper-parameter that another registered
+        loss takes is dropped (one config serves every loss); an unknown one raises."""
+        known = {p for loss in _POLICY_LOSSES.values() for p in loss.hyper_params}
+        given = {}
+        for key, value in kwargs.items():
+            if key in POLICY_LOSS_DATA_ARGS + POLICY_LOSS_AGG_ARGS or key in self.hyper_params:
+                given[key] = value
+            elif key not in known:
+                raise TypeError(
+                    f"unknown hyper-parameter {key!r} for policy loss {self.name!r}; it takes "
+                    f"{sorted(self.hyper_params)}, others take {sorted(known)}"
+                )
+        return self.fn(**given)
+
+
+def register_policy_loss(name: str) -> Callable[[Callable], Callable]:
+    """Decorator registering a policy loss under ``name`` (returns ``fn`` unchanged).
+
+    ``fn`` takes the data args (``POLICY_LOSS_DATA_ARGS``), the aggregation args
+    (``POLICY_LOSS_AGG_ARGS``) and its own hyper-parameters, and returns ``(loss,
+    metrics)``: a differentiable 0-d tensor and a dict of python floats.
+    """
+
+    def decorator(fn: Callable) -> Callable:
+        if name in _POLICY_LOSSES and _POLICY_LOSSES[name].fn is not fn:
+            raise ValueError(f"policy loss {name!r} is already registered")
+        params = inspect.signature(fn).parameters
+        missing = [p for p in POLICY_LOSS_DATA_ARGS + POLICY_LOSS_AGG_ARGS if p not in params]
+        if missing:
+            raise TypeError(f"policy loss {name!r} must take {missing}")
+        hyper = tuple(p for p in params if p not in POLICY_LOSS_DATA_ARGS + POLICY_LOSS_AGG_ARGS)
+        _POLICY_LOSSES[name] = PolicyLoss(name=name, fn=fn, hyper_params=hyper)
+        return fn
+
+    return decorator
+
+
+def get_policy_loss(name: str) -> PolicyLoss:
+    """The policy loss registered as ``name``; ``KeyError`` listing the names otherwise."""
+    try:
+        return _POLICY_LOSSES[name]
+    except KeyError:
+        raise KeyError(
+            f"unknown policy loss {name!r}; available: {', '.join(sorted(_POLICY_LOSSES))}"
+        ) from None
+
+
+def list_policy_losses() -> list[str]:
+    """Sorted names of all registered policy losses."""
+    return sorted(_POLICY_LOSSES)

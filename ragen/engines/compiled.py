@@ -19,8 +19,8 @@ has the figures):
 
 * the decode attention. ``scaled_dot_product_attention`` with one query per row read
   the K/V views through its long-query kernel, ~1.6 ms per layer for 16 MB of K/V
-  (~10 GB/s). :func:`gqa_decode_attention` computes the same softmax with two batched
-  matmuls straight on the preallocated buffers (the query heads of a group share one
+  (~10 GB/s). :func:`~ragen.engines.gqa_attention.gqa_decode_attention` computes the
+  same softmax with two batched matmuls straight on the preallocated buffers (the query heads of a group share one
   read of their kv head): ~1.2 ms per layer (256 tiny GEMMs per call, K/V at ~14
   GB/s). On CPU with an fp32 model the direct step (next item) replaces it by
   :mod:`ragen.engines.cpu_attention`: two C loops that read each K and V row once,
@@ -32,7 +32,8 @@ has the figures):
   norms, every Linear and the LM head are called as modules, so hooks on them and
   PEFT adapters work) without transformers' per-module dispatch, mask utilities and
   cache bookkeeping; other models, or a hook on a module whose forward it replaces,
-  keep transformers' forward with :func:`gqa_decode_attention` registered in its
+  keep transformers' forward with
+  :func:`~ragen.engines.gqa_attention.gqa_decode_attention` registered in its
   ``AttentionInterface`` (``direct=False`` forces that path);
 * transformers rebuilt a 4-D mask from the 2-D 0/1 mask every step (and ``torch.cat``
   grew it by one column). Here an additive ``(b, capacity)`` mask is built ONCE per
@@ -71,61 +72,11 @@ from ragen.errors import ConfigError
 from .base import ENGINE_CHOICES
 from .cpu_attention import decode_attention_kernel
 from .direct import DirectDecodeStep
+from .gqa_attention import ATTENTION_NAME, register_attention
+from .graphs import GraphedDecode
 from .hf import HFEngine, _preallocated_layers, make_kv_cache
 
 log = logging.getLogger(__name__)
-
-#: the name our decode attention is registered under in transformers' AttentionInterface
-ATTENTION_NAME = "ragen_gqa_decode"
-
-
-def gqa_decode_attention(
-    module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs
-):
-    """Attention for ONE new query per row, grouped-query aware; else plain SDPA.
-
-    ``query`` (b, H, 1, D); ``key``/``value`` (b, H_kv, L, D), possibly views of a
-    larger buffer (``buffer[:, :, :L]``); ``attention_mask`` additive (b, 1, 1, L).
-    With G = H / H_kv query heads per kv head (head h reads kv head h // G)::
-
-        s = (q_g @ K^T) * scaling + mask      (b * H_kv, G, L)
-        out = softmax(s) @ V                  (b * H_kv, G, D) -> (b, 1, H, D)
-
-    Returns ``(out, None)`` as transformers' attention functions do.
-    """
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    b, heads, q_len, dim = query.shape
-    kv_heads, length = key.shape[1], key.shape[2]
-    if q_len != 1 or dropout or attention_mask is None or attention_mask.dim() != 4:
-        return sdpa_attention_forward(
-            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
-        )
-    import torch
-
-    groups = heads // kv_heads
-    scale = scaling if scaling is not None else dim**-0.5
-    q = query.reshape(b * kv_heads, groups, dim)
-    k = key.reshape(b * kv_heads, length, dim)  # a view: (b, H_kv) merge without a copy
-    v = value.reshape(b * kv_heads, length, dim)
-    scores = torch.bmm(q, k.transpose(1, 2)).view(b, kv_heads, groups, length)
-    scores = scores * scale + attention_mask  # mask (b, 1, 1, L) broadcasts
-    probs = torch.softmax(scores.float(), dim=-1).to(v.dtype).view(b * kv_heads, groups, length)
-    out = torch.bmm(probs, v).view(b, 1, heads, dim)
-    return out, None
-
-
-def _register_attention() -> bool:
-    """Register :func:`gqa_decode_attention` (and SDPA's mask builder for prefill under
-    the same name); False with a transformers that has no AttentionInterface."""
-    try:
-        from transformers import AttentionInterface
-        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
-    except ImportError:
-        return False
-    AttentionInterface.register(ATTENTION_NAME, gqa_decode_attention)
-    ALL_MASK_ATTENTION_FUNCTIONS.register(ATTENTION_NAME, sdpa_mask)
-    return True
 
 
 def _config_of(model):
@@ -194,7 +145,7 @@ class StaticHFEngine(HFEngine):
         self._config = _config_of(model)
         # only for models whose attention dispatches through transformers' interface
         dispatches = getattr(self._config, "_attn_implementation", None) in ("sdpa", "eager")
-        self._attention = ATTENTION_NAME if dispatches and _register_attention() else None
+        self._attention = ATTENTION_NAME if dispatches and register_attention() else None
         # a model with sliding-window / linear-attention layers keeps the base step
         self._static = _preallocated_layers(make_kv_cache(model, 1)) is not None
         # the compiled step keeps transformers' forward (dynamo cannot trace the C kernel)
@@ -221,8 +172,6 @@ class StaticHFEngine(HFEngine):
         self._graphs = None
         if cuda_graphs:
             if self.device.type == "cuda" and self._direct is not None and self.kv_dtype is None:
-                from .graphs import GraphedDecode
-
                 self._graphs = GraphedDecode(self._direct, capture=True)
             else:
                 log.warning(

@@ -4,7 +4,7 @@
     out = attend(q, key_buffer, value_buffer, mask, length, scale)   # (b, H * D)
 
 Why: a decode step attends ONE query per row over that row's whole K/V. As two batched
-matmuls (``ragen.engines.compiled.gqa_decode_attention``) that is ``b * H_kv`` tiny
+matmuls (``ragen.engines.gqa_attention.gqa_decode_attention``) that is ``b * H_kv`` tiny
 GEMMs per product; with K/V coming from memory (every layer's K/V is read once per
 step, ~15 MB per layer for 128 rows of ``tiny:nano`` at a 230-token context, more than
 the caches hold) they ran at ~10 GB/s on the dev CPU, 2.6x slower than a plain

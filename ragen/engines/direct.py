@@ -26,7 +26,7 @@ It is the same arithmetic as transformers' modules in the same order (RoPE's
 folded into ``sin`` once per step), so the logits equal the transformers step within
 float rounding (``tests/test_engines_static.py``). ``attention`` is the C kernel of
 :mod:`ragen.engines.cpu_attention` (CPU, fp32 queries, fp32 or bf16 buffers, ``kernel`` set), else
-:func:`ragen.engines.compiled.gqa_decode_attention`.
+:func:`ragen.engines.gqa_attention.gqa_decode_attention`.
 
 Why: the glue hands the attention the raw preallocated buffers and the 2-D mask, which
 the C kernel needs (that is most of the gain, docs/RESULTS.md, issue 17, "direct
@@ -43,6 +43,8 @@ activation.
 """
 
 from __future__ import annotations
+
+from .gqa_attention import gqa_decode_attention
 
 #: ``config.model_type`` values whose decoder layer is exactly the glue above
 SUPPORTED_MODEL_TYPES = ("qwen2", "llama", "mistral")
@@ -233,8 +235,6 @@ class DirectDecodeStep:
                     q, kv._key_buffer, kv._value_buffer, mask[:, 0, 0], t + 1, attn.scaling
                 )
             else:
-                from .compiled import gqa_decode_attention
-
                 # (a narrower kv_dtype store is widened: the matmuls need one dtype)
                 keys = kv._key_buffer[:, :, : t + 1].to(q.dtype)
                 values = kv._value_buffer[:, :, : t + 1].to(q.dtype)

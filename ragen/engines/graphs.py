@@ -120,7 +120,7 @@ class GraphedDecode:
         capacity (the direct step's arithmetic; attention by batched matmuls)."""
         import torch
 
-        from .compiled import gqa_decode_attention
+        from .gqa_attention import gqa_decode_attention
 
         d = self.direct
         b = self.ids.shape[0]

@@ -25,7 +25,19 @@ and these tiny models run a handful of turns.
 
 from __future__ import annotations
 
+from ragen.models.vlm import (
+    image_token_id,
+    is_processor,
+    next_positions,
+    pixel_inputs,
+    positions_for,
+    row_images,
+    step_positions,
+    text_tokenizer,
+)
+
 from .base import Generation, SamplingParams
+from .compiled import make_hf_engine
 from .hf import (
     GenerationStats,
     accepts_logits_to_keep,
@@ -50,8 +62,6 @@ class HFVLMEngine:
 
     def __init__(self, model, processor, device=None, eos_token_ids: list[int] | None = None):
         import torch
-
-        from ragen.models.vlm import image_token_id, text_tokenizer
 
         self.model, self.processor = model, processor
         self.tokenizer = text_tokenizer(processor)
@@ -88,8 +98,8 @@ class HFVLMEngine:
         if len(images) != len(prompts):
             raise ValueError(f"got {len(images)} image lists for {len(prompts)} prompts")
         check_prompts(prompts, self.vocab_size)
-        for i, (p, row_images) in enumerate(zip(prompts, images)):
-            if row_images and self.image_token_id not in p:
+        for i, (p, pictures) in enumerate(zip(prompts, images)):
+            if pictures and self.image_token_id not in p:
                 raise ValueError(f"prompt {i} has pictures but no image ids")
         return timed_eval_call(
             self.model, self.stats, prompts, lambda: self._generate(prompts, images, params)
@@ -98,14 +108,6 @@ class HFVLMEngine:
     def _generate(self, prompts, images, params: SamplingParams) -> list[Generation]:
         import torch
         from transformers import DynamicCache
-
-        from ragen.models.vlm import (
-            next_positions,
-            pixel_inputs,
-            positions_for,
-            row_images,
-            step_positions,
-        )
 
         device, batch = self.device, len(prompts)
         width = max(len(p) for p in prompts)
@@ -195,10 +197,7 @@ def engine_for(model, tokenizer_or_processor, engine: str = "static", **kwargs):
     """The token engine for ``model``: :class:`HFVLMEngine` when it comes with a
     multimodal processor (``load_policy`` of a VLM), else the text engine named by
     ``engine`` (``model.engine``: eager | static | compiled, ``ragen.engines.compiled``)."""
-    from ragen.models.vlm import is_processor
-
     if is_processor(tokenizer_or_processor):
         return HFVLMEngine(model, tokenizer_or_processor, **kwargs)
-    from .compiled import make_hf_engine
 
     return make_hf_engine(model, tokenizer_or_processor, engine, **kwargs)

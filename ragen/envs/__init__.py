@@ -10,11 +10,21 @@ see ``docs/ENVIRONMENTS.md`` for the knobs and for adding your own.
 """
 
 from .base import Env, derive_seed, make_info, normalize_action
-from .registry import EnvSpec, config_keys, make, make_from_config, names, register, spec
+from .registry import (
+    EnvSpec,
+    check_options,
+    config_keys,
+    make,
+    make_from_config,
+    names,
+    register,
+    spec,
+)
 
 __all__ = [
     "Env",
     "EnvSpec",
+    "check_options",
     "config_keys",
     "derive_seed",
     "make",

@@ -43,6 +43,7 @@ import numpy as np
 from ragen.errors import EnvContractError
 
 from .base import Env, StepResultError, check_step_result
+from .visual import IMAGE_PLACEHOLDER, has_image_observations
 
 REQUIRED_INFO_KEYS = ("action_is_valid", "action_is_effective", "success")
 _GARBAGE_ALPHABET = "abcdefghijklmnopqrstuvwxyz ABCXYZ0123456789+-*/()<>|=_.,;:!?\t\n'\"#@$√é漢😀"
@@ -247,8 +248,6 @@ def _check_rgb(env: Env, seed: int) -> None:
 
 
 def _check_images(env: Env, seed: int, rng: random.Random) -> None:
-    from .visual import IMAGE_PLACEHOLDER, has_image_observations
-
     if not has_image_observations(env):
         return
 

@@ -21,7 +21,25 @@ import random
 import sys
 from typing import Any, TextIO
 
+from ragen.cli_utils import parse_key_values
+from ragen.errors import EnvConfigError, RagenError, UsageError
+
+from . import config_keys, derive_seed, make, names, spec
+from .openenv_server import serve_openenv
+from .server import serve
+
 _QUIT_WORDS = {"q", "quit", "exit"}
+
+
+def _port(text: str) -> int:
+    """``--port``: a TCP port number, 0-65535 (0: any free port)."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (0-65535; 0: any free one)")
+    return port
 
 
 def add_parser(subparsers: Any) -> None:
@@ -72,7 +90,7 @@ def add_parser(subparsers: Any) -> None:
         help="ragen: this project's JSON protocol (env=remote); openenv: OpenEnv's HTTP + "
         "WebSocket API for OpenEnv clients such as TRL (env=openenv; needs ragen[openenv])",
     )
-    serve.add_argument("--port", type=int, default=8765, help="TCP port (0: any free port)")
+    serve.add_argument("--port", type=_port, default=8765, help="TCP port (0: any free port)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: all)")
     serve.add_argument(
         "--set",
@@ -117,8 +135,6 @@ def add_parser(subparsers: Any) -> None:
 
 # -- ragen envs ---------------------------------------------------------------------------------
 def cmd_envs(args: argparse.Namespace) -> int:
-    from . import config_keys, names, spec
-
     width = max(len(n) for n in names())
     for name in names():
         print(f"{name:<{width}}  {spec(name).description}")
@@ -140,18 +156,12 @@ def cmd_envs(args: argparse.Namespace) -> int:
 def parse_overrides(items: list[str]) -> dict[str, Any]:
     """``--set`` values: ``["a=1", "p=1/3"]`` -> ``{"a": 1, "p": 0.333..}`` (see
     :func:`ragen.cli_utils.parse_key_values`, the parser of every command)."""
-    from ragen.cli_utils import parse_key_values
-
     return parse_key_values(items, "--set")
 
 
 def make_from_cli(name: str, config: dict[str, Any]) -> Any:
     """``make(name, **config)`` for ``--set`` options: an option value the env rejects
     (``--set dim_room=abc``) is a one-line :class:`~ragen.errors.EnvConfigError`."""
-    from ragen.errors import EnvConfigError, RagenError
-
-    from . import make
-
     try:
         return make(name, **config)
     except RagenError:
@@ -175,15 +185,9 @@ def cmd_serve_env(args: argparse.Namespace) -> int:
     import errno
     import socket
 
-    from ragen.errors import UsageError
-
-    from .server import serve
-
     config = parse_overrides(args.overrides)
     make_from_cli(args.env, config).close()  # a bad option: one line, before binding
     if args.protocol == "openenv":
-        from .openenv_server import serve_openenv
-
         serve_openenv(args.env, config, args.host, args.port, args.max_episodes, args.quiet)
         return 0
     try:
@@ -290,10 +294,6 @@ def solver_summary(
         ``{p}_success`` (rate in [0, 1]), ``{p}_reward`` (mean episode return) and
         ``{p}_steps`` (mean steps); the oracle entries are None when the env has no solver.
     """
-    from ragen.errors import EnvConfigError
-
-    from . import derive_seed, make
-
     rows = []
     for name in env_names:
         try:

@@ -44,6 +44,7 @@ from .facts import (
     coord_legend,
     format_facts,
 )
+from .rgb import compose, fill, with_border, with_disc, with_square
 
 #: action names in gymnasium's order (0 = left, 1 = down, 2 = right, 3 = up)
 ACTION_NAMES: tuple[str, ...] = ("left", "down", "right", "up")
@@ -336,8 +337,8 @@ class FrozenLakeEnv(Env):
     ) -> None:
         super().__init__()
         self.observation_format = check_observation_format(observation_format)
-        if not 0.0 <= p <= 1.0:
-            raise EnvOptionError(f"p={p} must be a probability in [0, 1]")
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+            raise EnvOptionError(f"p={p!r} must be a probability in [0, 1]. Fix: e.g. p=0.8")
         if not 0.0 <= hole_density < 1.0:
             raise EnvOptionError(f"hole_density={hole_density} must be in [0, 1)")
         if not 0.0 < oracle_gamma <= 1.0:
@@ -537,8 +538,6 @@ class FrozenLakeEnv(Env):
                 return self.grid_text()
             return compose_observation(self.observation_format, self.grid_text(), self.coord_text())
         if mode == "rgb":
-            from .rgb import compose
-
             codes = [{"H": 1, "G": 2}.get(ch, 0) for ch in self._flat]
             codes[self._pos] += 3
             return compose(codes, self.cols, _tiles(self.tile_size))
@@ -584,8 +583,6 @@ class FrozenLakeEnv(Env):
 def _tiles(size: int) -> np.ndarray:
     """Tiles: frozen, hole, goal, then the same three with the player on them."""
     if size not in _TILE_CACHE:
-        from .rgb import fill, with_border, with_disc, with_square
-
         frozen = with_border(fill(size, (200, 230, 250)), (170, 205, 230))
         hole = with_border(fill(size, (20, 40, 90)), (170, 205, 230))
         goal = with_square(frozen, (240, 190, 40), 0.2)

@@ -12,13 +12,20 @@ unknown keyword arguments with a message listing the accepted ones.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ragen.errors import EnvConfigError, EnvOptionError, UnknownEnvError
+from ragen.errors import (
+    ConfigError,
+    EnvConfigError,
+    EnvOptionError,
+    MissingFileError,
+    UnknownEnvError,
+)
 
 from .base import Env
 
@@ -54,8 +61,6 @@ def spec(name: str) -> EnvSpec:
     """The registration record of ``name``; an unknown name raises
     :class:`~ragen.errors.UnknownEnvError` (a ``KeyError``) listing all."""
     if name not in _REGISTRY:
-        import difflib
-
         close = difflib.get_close_matches(name, _REGISTRY, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise UnknownEnvError(
@@ -100,6 +105,25 @@ def config_keys(name: str) -> dict[str, Any]:
     return keys
 
 
+def check_options(name: str, options: dict[str, Any], key: str = "env.config") -> None:
+    """Raise :class:`~ragen.errors.ConfigError` (naming ``<key>.<option>``) unless
+    environment ``name`` accepts every option in ``options``, before anything is built; an
+    unknown ``name`` raises :class:`~ragen.errors.UnknownEnvError`. An env whose
+    constructor takes ``**kwargs`` accepts anything."""
+    params = inspect.signature(spec(name).load_class().__init__).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+    accepted = list(config_keys(name))
+    for option in options:
+        if option not in accepted:
+            close = difflib.get_close_matches(str(option), accepted, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(
+                f"{key}.{option}: environment {name!r} has no option {option!r}.{hint} "
+                f"Valid: {', '.join(accepted)}"
+            )
+
+
 def make_from_config(config: dict[str, Any] | str | Path) -> Env:
     """Build from ``{"name": ..., **kwargs}`` or a YAML file holding such a mapping."""
     if isinstance(config, (str, Path)):
@@ -107,7 +131,7 @@ def make_from_config(config: dict[str, Any] | str | Path) -> Env:
 
         path = Path(config)
         if not path.exists():
-            raise FileNotFoundError(f"environment config {path} does not exist")
+            raise MissingFileError(f"environment config {path} does not exist. Fix: check the path")
         config = yaml.safe_load(path.read_text()) or {}
     config = dict(config)
     if "name" not in config:

@@ -67,6 +67,8 @@ from typing import Any
 
 import numpy as np
 
+from ragen.errors import UsageError
+
 from .base import Env
 from .facts import Fact
 from .registry import make
@@ -484,8 +486,6 @@ class EnvServer:
         max_threads: int = 128,
         episode_timeout: float = 3600.0,
     ) -> None:
-        from ragen.errors import UsageError
-
         if not read_timeout > 0 or not episode_timeout > 0 or max_threads < 1:
             raise UsageError(
                 f"read_timeout={read_timeout} and episode_timeout={episode_timeout} must be "

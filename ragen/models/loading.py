@@ -26,15 +26,18 @@ Every failure a user can cause is one line (:class:`~ragen.errors.ModelLoadError
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ragen.errors import ConfigError, ModelLoadError, UsageError
+from ragen.checkpoint_verify import verify_model_folder
+from ragen.errors import ConfigError, ModelLoadError
+
+from .hf_setup import prepare_tokenizer, quiet_transformers
+from .tiny import DEFAULT_SIZE, PRESETS, create_tiny
+from .vlm import is_vision_config, load_vlm
 
 _DTYPE_NAMES = {
     "float32": "float32",
@@ -107,30 +110,6 @@ def pick_dtype(device: Any = None, dtype: Any = None, *, training: bool = False)
     return torch.float32
 
 
-@contextlib.contextmanager
-def quiet_transformers(progress_bars: bool = False) -> Iterator[None]:
-    """Silence transformers' load reports and warnings (and, unless ``progress_bars``,
-    its progress bars) for a local load or save; restores both afterwards.
-
-    A 1M-parameter model loads in milliseconds: a "Loading weights" bar per load and a
-    LOAD REPORT for an expected new head only bury the training log. Hub downloads keep
-    their bars (``progress_bars=True``): those take seconds and are worth watching.
-    """
-    from transformers.utils import logging as hf_logging
-
-    verbosity = hf_logging.get_verbosity()
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    if not progress_bars:
-        hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        if bars and not progress_bars:
-            hf_logging.enable_progress_bar()
-
-
 def cache_root() -> Path:
     """Where ragen keeps tiny models, downloads and conversions: ``$RAGEN_CACHE`` or
     ``~/.cache/ragen``."""
@@ -167,8 +146,6 @@ def resolve_model(name: str | os.PathLike, seed: int = 0) -> str:
     """
     text = os.fspath(name)
     if text == TINY or text.startswith(TINY + ":"):
-        from .tiny import DEFAULT_SIZE
-
         return str(_tiny_model(text.partition(":")[2] or DEFAULT_SIZE, seed))
     path = Path(text).expanduser()
     if path.exists() or _looks_like_path(text) or not text:
@@ -180,7 +157,6 @@ def resolve_model(name: str | os.PathLike, seed: int = 0) -> str:
 
 
 def _tiny_model(size: str, seed: int) -> Path:
-    from .tiny import PRESETS, create_tiny
 
     if size not in PRESETS:
         close = difflib.get_close_matches(size, PRESETS, n=1)
@@ -197,7 +173,6 @@ def _tiny_model(size: str, seed: int) -> Path:
 
 def _check_hub_id(name: str, presets: dict[str, str]) -> str:
     """``name`` if it can be a usable hub id here (cached, or the hub is reachable)."""
-    from .tiny import PRESETS
 
     candidates = list(dict.fromkeys([TINY, *(f"{TINY}:{s}" for s in PRESETS), *presets]))
     close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
@@ -301,7 +276,6 @@ def resolve_source(
             raise ModelLoadError(f"{path} has no config.json, so it is not a model folder; {hint}")
         # a checkpoint's model is checked against its manifest, any folder's safetensors
         # against their headers: corrupt weights must not load silently or as a traceback
-        from ragen.checkpoint_verify import verify_model_folder
 
         verify_model_folder(path)
         return str(path), None, True
@@ -553,19 +527,6 @@ def _saved_as_plain_fast_tokenizer(folder: str) -> bool:
     return cls in ("TokenizersBackend", "PreTrainedTokenizerFast")
 
 
-def prepare_tokenizer(tokenizer):
-    """Give ``tokenizer`` a pad token (eos, else unk) and left padding; returns it."""
-    if tokenizer.pad_token is None:
-        fallback = tokenizer.eos_token or tokenizer.unk_token
-        if fallback is None:
-            raise UsageError(
-                "the tokenizer has no pad, eos or unk token; set tokenizer.pad_token first"
-            )
-        tokenizer.pad_token = fallback
-    tokenizer.padding_side = "left"
-    return tokenizer
-
-
 def load_policy(
     name_or_path: str | os.PathLike,
     device: Any = None,
@@ -590,8 +551,6 @@ def load_policy(
     source, gguf_file, is_local = _resolve_cached(name_or_path, gguf_file, True, trust_remote_code)
     offline = _offline(local_files_only)
     if not gguf_file and _is_vision_source(source, is_local, offline, trust_remote_code):
-        from .vlm import load_vlm  # image-text-to-text: (model, processor)
-
         vlm, processor = load_vlm(
             source, device, dtype, trust_remote_code, None if is_local else offline
         )
@@ -623,7 +582,7 @@ def load_policy(
 def _check_loaded_weights(model: Any, source: str) -> None:
     """NaN/inf weights load and run, and give garbage that looks like a result: refuse
     them (``ragen.models.finite``)."""
-    from .finite import check_finite_weights
+    from .finite import check_finite_weights  # deferred: imports torch
 
     check_finite_weights(
         model,
@@ -642,8 +601,6 @@ def _is_vision_source(source: str, is_local: bool, offline: bool, trust_remote_c
             return False
         return isinstance(config, dict) and bool(config.get("vision_config"))
     from transformers import AutoConfig
-
-    from .vlm import is_vision_config
 
     try:
         with quiet_transformers():

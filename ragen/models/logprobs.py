@@ -314,6 +314,7 @@ def sequence_logprobs(
     ``dedupe``: identical rows once, identical prompts once (module doc; with
     ``positions``, right-padded rows, no extra inputs).
     """
+    # deferred: these import torch, and importing this module stays torch-free
     import torch
 
     from ragen.algo import entropy_from_logits, logprobs_from_logits

@@ -36,7 +36,9 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from ragen.errors import ConfigError
+from ragen.errors import ConfigError, UsageError
+
+from .hf_setup import quiet_transformers
 
 # ---------------------------------------------------------------------------------------
 # Chat formats
@@ -470,12 +472,10 @@ def create_tiny(
     _chat_format(chat_format)
     out = Path(out_dir).expanduser()
     if out.exists() and not out.is_dir():
-        raise FileExistsError(f"{out} exists and is not a folder; pick another --out")
+        raise UsageError(f"{out} exists and is not a folder. Fix: pick another --out")
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer(chat_format)
     model = build_model(size, tokenizer, seed=seed, chat_format=chat_format)
-    from .loading import quiet_transformers
-
     with quiet_transformers():
         model.save_pretrained(out)
         tokenizer.save_pretrained(out)

@@ -45,9 +45,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ragen.errors import ConfigError
+from ragen.errors import ConfigError, UsageError
 
-from .tiny import DEFAULT_SIZE, PRESETS, build_tokenizer
+from .hf_setup import quiet_transformers
+from .tiny import DEFAULT_SIZE, PRESETS, build_tokenizer, tiny_qwen2_config
+from .vlm import image_only_processor_class
 
 IMAGE_TOKEN = "<image>"
 IMAGE_SIZE = 84  # pixels; the processor resizes every picture to IMAGE_SIZE x IMAGE_SIZE
@@ -194,8 +196,6 @@ def _qwen2_vl_processor(tokenizer, image_size: int, patch_size: int, architectur
         Qwen2VLImageProcessorPil,
     )
 
-    from .vlm import image_only_processor_class
-
     if image_size % (patch_size * QWEN2_VL_MERGE_SIZE):
         raise ConfigError(
             f"image_size {image_size} must be a multiple of patch_size * {QWEN2_VL_MERGE_SIZE} "
@@ -301,8 +301,6 @@ def build_vlm(
         LlavaForConditionalGeneration,
     )
 
-    from .tiny import tiny_qwen2_config
-
     tok = processor.tokenizer
     eos_ids = [tok.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")]
     text_config = tiny_qwen2_config(size, tok, eos_ids[0])
@@ -369,12 +367,10 @@ def create_tiny_vlm(
         raise ConfigError(f"image_size {image_size} must be a multiple of patch_size {patch_size}")
     out = Path(out_dir).expanduser()
     if out.exists() and not out.is_dir():
-        raise FileExistsError(f"{out} exists and is not a folder; pick another --out")
+        raise UsageError(f"{out} exists and is not a folder. Fix: pick another --out")
     out.mkdir(parents=True, exist_ok=True)
     processor = build_processor(image_size, patch_size, architecture)
     model = build_vlm(size, processor, seed, image_size, patch_size, architecture)
-    from .loading import quiet_transformers
-
     with quiet_transformers():
         model.save_pretrained(out)
         processor.save_pretrained(out)

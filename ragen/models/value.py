@@ -29,7 +29,14 @@ from typing import Any
 from ragen.errors import ModelLoadError, UsageError
 
 from .loading import load_policy, pick_device, pick_dtype, quiet_transformers, resolve_source
-from .logprobs import position_ids_from_mask
+from .logprobs import (
+    backbone_hidden,
+    duplicate_rows,
+    position_ids_from_mask,
+    prefix_sharing_allowed,
+    prompt_groups,
+    shared_prefix_columns,
+)
 from .vlm import create_vision_critic, is_vision_config
 
 
@@ -187,14 +194,6 @@ def critic_values(
     (``ragen.models.logprobs``, "Identical rows and identical prompts").
     """
     import torch
-
-    from .logprobs import (
-        backbone_hidden,
-        duplicate_rows,
-        prefix_sharing_allowed,
-        prompt_groups,
-        shared_prefix_columns,
-    )
 
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)

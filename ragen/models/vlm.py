@@ -34,6 +34,9 @@ from typing import Any
 
 from ragen.errors import ModelLoadError
 
+from .hf_setup import prepare_tokenizer, quiet_transformers
+from .logprobs import position_ids_from_mask
+
 
 def is_processor(obj: Any) -> bool:
     """Whether ``obj`` is a multimodal processor (an image processor + a tokenizer)."""
@@ -60,8 +63,6 @@ def is_vision_model(model: Any) -> bool:
 def load_vlm(source: str, device, dtype, trust_remote_code: bool, local_files_only: bool | None):
     """``(model, processor)`` of an image-text-to-text model (eval mode, on ``device``)."""
     from transformers import AutoModelForImageTextToText
-
-    from .loading import prepare_tokenizer, quiet_transformers
 
     kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
     if local_files_only is not None:
@@ -272,7 +273,6 @@ def positions_for(model: Any, input_ids, attention_mask, vision: dict | None = N
     Qwen2-VL family, in which a picture's ``h x w`` merged patches take positions
     ``(s, s + i, s + j)`` and the text after it resumes at ``s + max(h, w)``.
     """
-    from .logprobs import position_ids_from_mask
 
     rope_index = _rope_index_fn(model)
     if rope_index is None:

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from ragen.cli_utils import (
-    add_env_config_flag,
-    add_rollout_flags,
-    parse_key_values,
-    rollout_from_args,
-)
+from ragen.agent.rollout_flags import add_rollout_flags, rollout_from_args
+from ragen.cli_utils import add_env_config_flag, check_out_dir, parse_key_values
+from ragen.envs import check_options as check_env_options
+from ragen.errors import UsageError
 
 # the rollout knobs that shape the expert data's prompts and turns; match the RL run's
 _SFT_ROLLOUT_FLAGS = [
@@ -78,13 +76,11 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ragen.errors import UsageError
-    from ragen.trainer.config import check_env_options
-
-    from .trainer import SFTConfig, run_sft
+    from .trainer import SFTConfig, run_sft  # deferred: imports torch
 
     if not args.out:
         raise UsageError("ragen sft needs --out DIR (where the fine-tuned model is saved)")
+    check_out_dir(args.out)  # before the expert data and the training, not after
     env_config = parse_key_values(args.env_config, "--env-config")
     check_env_options(args.env, env_config, "--env-config")
     cfg = SFTConfig(
@@ -109,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_merge(args: argparse.Namespace) -> int:
-    from .trainer import merge_adapter
+    from .trainer import merge_adapter  # deferred: imports torch
 
     out = merge_adapter(args.base, args.adapter, args.out)
     print(f"merged model saved to {out}")

@@ -21,11 +21,22 @@ from pathlib import Path
 
 import torch
 
-from ragen.agent.rollout import RolloutConfig
+from ragen.agent.env_manager import EnvStateManager
+from ragen.agent.policies import OraclePolicy, RelabeledPolicy
+from ragen.agent.rollout import RolloutConfig, run_rollout
 from ragen.agent.trajectory import Trajectory
 from ragen.errors import ConfigError, NonFiniteError, UsageError
-from ragen.models.loading import quiet_transformers
+from ragen.models import load_policy
+from ragen.models.finite import check_finite_weights
+from ragen.models.hf_setup import quiet_transformers
+from ragen.models.logprobs import sequence_logprobs, wanted_logits
+from ragen.models.memory import resolve_token_budget
+from ragen.models.precision import autocast_for
+from ragen.models.vlm import forward_inputs, is_processor, row_images, text_tokenizer
 from ragen.trainer.batching import TrainingBatch, collate, micro_batches
+from ragen.trainer.config import LoraConfig
+from ragen.trainer.nonfinite import NONFINITE_DIR, nonfinite_loss, save_step_data
+from ragen.trainer.setup import apply_lora
 
 SFT_SEED_STEP = 10_000_000  # the training-seed step SFT's expert episodes start from
 SFT_HELDOUT_STEP = 10_000_001  # ... and the step of the held-out slice (never trained on)
@@ -167,9 +178,6 @@ def make_expert_data(
     if split not in ("train", "heldout", "validation"):
         raise UsageError(f"split must be train, heldout or validation, got {split!r}")
     cfg.validate()
-    from ragen.agent.env_manager import EnvStateManager
-    from ragen.agent.policies import OraclePolicy, RelabeledPolicy
-    from ragen.agent.rollout import run_rollout
 
     episodes = cfg.heldout_episodes if split == "heldout" else cfg.episodes
     if episodes < 1:
@@ -236,9 +244,6 @@ def sft_loss(model, batch: TrainingBatch, processor=None) -> tuple[torch.Tensor,
     (``sequence_logprobs`` with ``positions=response_mask``). A VLM's rows carry their
     pictures (``batch.images``): ``processor`` turns them into pixel inputs.
     """
-    from ragen.models.logprobs import sequence_logprobs
-    from ragen.models.vlm import forward_inputs, row_images
-
     vision = {}
     if batch.images and processor is not None:  # pixels (+ Qwen2-VL's M-RoPE positions)
         dtype = next(model.parameters()).dtype
@@ -276,11 +281,6 @@ def train_sft(
     :class:`~ragen.errors.NonFiniteError`; with ``dump_dir`` the step's batch is saved in
     ``dump_dir/nonfinite/step_N`` first (``ragen.trainer.nonfinite``).
     """
-    from ragen.models.memory import resolve_token_budget
-    from ragen.models.precision import autocast_for
-    from ragen.models.vlm import is_processor, text_tokenizer
-    from ragen.trainer.nonfinite import nonfinite_loss
-
     device = next(model.parameters()).device
     processor = tokenizer if is_processor(tokenizer) else None  # a VLM: pixels too
     text_tok = text_tokenizer(tokenizer)
@@ -397,8 +397,6 @@ def sft_fit(model, rows: list[Trajectory], pad_id: int, token_budget: int) -> di
     token), ``token_accuracy`` (assistant tokens that are the argmax) and ``reply_accuracy``
     (samples whose every assistant token is the argmax: greedy decoding reproduces the
     expert's reply, its action included)."""
-    from ragen.models.logprobs import wanted_logits
-
     device = next(model.parameters()).device
     nll = tokens = correct = replies = exact = 0.0
     for start in range(0, len(rows), 64):
@@ -429,8 +427,6 @@ def _nonfinite_sft_error(
     """Save SFT step ``step``'s batch (when ``dump_dir`` is given); the one-line error."""
     saved = ""
     if dump_dir is not None:
-        from ragen.trainer.nonfinite import NONFINITE_DIR, save_step_data
-
         folder = Path(dump_dir) / NONFINITE_DIR / f"step_{step:06d}"
         tensors = {k: getattr(batch, k) for k in ("input_ids", "attention_mask", "response_mask")}
         save_step_data(folder, tensors, {"step": step, "what": what, "lr": cfg.lr})
@@ -450,8 +446,6 @@ def run_sft(
     (:func:`train_sft`);
     ``device``: where to train (default: ``ragen.models.loading.pick_device``'s choice).
     """
-    from ragen.models import load_policy
-
     cfg.validate()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -469,9 +463,6 @@ def run_sft(
         f"{sum(t.num_response_tokens for t in data)} assistant tokens"
     )
     if cfg.lora_rank > 0:
-        from ragen.trainer.config import LoraConfig
-        from ragen.trainer.setup import apply_lora
-
         # the same adapter layout as LoRA in RL (model.lora.*), so an SFT adapter and an
         # RL run agree on which modules carry adapters
         model = apply_lora(model, LoraConfig(rank=cfg.lora_rank, alpha=cfg.lora_alpha))
@@ -479,7 +470,6 @@ def run_sft(
     history = train_sft(
         model, tokenizer, data, cfg, log=log, heldout=heldout, on_epoch=on_epoch, dump_dir=out
     )
-    from ragen.models.finite import check_finite_weights
 
     check_finite_weights(  # never write a model that would "evaluate" as garbage
         model, f"refusing to save the SFT model to {out}", f"lower --lr (now {cfg.lr:g})"
@@ -504,8 +494,6 @@ def run_sft(
 def merge_adapter(base_model: str, adapter_dir: str | Path, out_dir: str | Path) -> Path:
     """Fold a LoRA adapter into its base model and save a plain HF model."""
     from peft import PeftModel
-
-    from ragen.models import load_policy
 
     adapter_dir = Path(adapter_dir)
     if not (adapter_dir / "adapter_config.json").exists():

@@ -36,7 +36,6 @@ import inspect
 import json
 import os
 import random
-import re
 import shutil
 import time
 import warnings
@@ -48,13 +47,23 @@ import numpy as np
 import torch
 
 from ragen.checkpoint_verify import file_problems, sha256_file, stat_fingerprint
-from ragen.errors import CheckpointError, RunDirError
+from ragen.errors import CheckpointError, MissingFileError, NonFiniteError, RunDirError
+from ragen.models.finite import check_finite_weights, nonfinite_tensors
+from ragen.models.hf_setup import quiet_transformers
+from ragen.run_layout import (
+    CHECKPOINTS,
+    STEP_DIR,
+    TMP_DIR,
+    TRAIN_CONFIG,
+    checkpoint_dirs,
+    step_dir_name,
+    step_of,
+)
 
 FORMAT_NAME = "ragen-checkpoint"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 TRAINER_STATE = "trainer_state.json"
-TRAIN_CONFIG = "train_config.json"
 OPTIM_FILE = "optim.pt"
 RNG_FILE = "rng.pt"
 PLAIN_WEIGHTS = "model.safetensors"  # weights of a model without ``save_pretrained``
@@ -68,26 +77,11 @@ DEFAULT_COMPAT_KEYS = (
     "algo.use_critic",
 )
 
-_STEP_DIR = re.compile(r"^step_(\d+)$")
-_TMP_DIR = re.compile(r"^step_(\d+)\.tmp$")
 _MISSING = "<missing>"
 
 
 class CheckpointWarning(UserWarning):
     """Something worth knowing that does not stop training (e.g. a leftover ``.tmp`` folder)."""
-
-
-def step_dir_name(step: int) -> str:
-    """``123 -> "step_000123"`` (six digits keep ``ls`` order equal to step order)."""
-    return f"step_{step:06d}"
-
-
-def step_of(path: str | Path) -> int:
-    """Step number encoded in a checkpoint folder name (``.../step_000123 -> 123``)."""
-    match = _STEP_DIR.match(Path(path).name)
-    if not match:
-        raise ValueError(f"{path} is not a checkpoint folder (expected a name like step_000123)")
-    return int(match.group(1))
 
 
 # ------------------------------------------------------------------------------- manager
@@ -119,7 +113,7 @@ class CheckpointManager:
         if verify not in ("sha256", "size"):
             raise ValueError(f"verify must be 'sha256' or 'size', got {verify!r}")
         self.run_dir = Path(run_dir)
-        self.root = self.run_dir / "checkpoints"
+        self.root = self.run_dir / CHECKPOINTS
         self.keep_last = keep_last
         self.compat_keys = tuple(compat_keys)
         self.verify_mode = verify
@@ -137,23 +131,17 @@ class CheckpointManager:
         Leftover ``step_XXXXXX.tmp`` folders from an interrupted save are ignored (and
         reported once with a :class:`CheckpointWarning`).
         """
-        if not self.root.is_dir():
-            return []
-        found = []
-        for child in self.root.iterdir():
-            if not child.is_dir():
-                continue
-            if _STEP_DIR.match(child.name):
-                found.append(child)
-            elif _TMP_DIR.match(child.name) and child not in self._reported_tmp:
-                self._reported_tmp.add(child)
-                warnings.warn(
-                    f"ignoring incomplete checkpoint {child} (left by an interrupted save); "
-                    "it is safe to delete",
-                    CheckpointWarning,
-                    stacklevel=2,
-                )
-        return sorted(found, key=step_of)
+        if self.root.is_dir():
+            for child in self.root.iterdir():
+                if child.is_dir() and TMP_DIR.match(child.name) and child not in self._reported_tmp:
+                    self._reported_tmp.add(child)
+                    warnings.warn(
+                        f"ignoring incomplete checkpoint {child} (left by an interrupted save); "
+                        "it is safe to delete",
+                        CheckpointWarning,
+                        stacklevel=2,
+                    )
+        return checkpoint_dirs(self.root)
 
     def latest(self) -> Path | None:
         """The newest checkpoint, verified against its manifest; ``None`` if there is none.
@@ -171,7 +159,7 @@ class CheckpointManager:
         folder = self.path_for(path) if isinstance(path, int) else Path(path)
         if not folder.is_dir():
             have = ", ".join(p.name for p in self.list()) or "none"
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"checkpoint {folder} does not exist (checkpoints in {self.root}: {have})"
             )
         return folder
@@ -246,7 +234,6 @@ class CheckpointManager:
                 f"checkpoint {final} already exists; pass overwrite=True to replace it, or "
                 "resume from it instead of re-training that step"
             )
-        from ragen.models.finite import check_finite_weights
 
         for role, model in (("actor", actor), ("critic", critic)):
             if model is not None:  # a NaN checkpoint would load and "evaluate" as garbage
@@ -268,8 +255,6 @@ class CheckpointManager:
         tmp.mkdir()
 
         try:
-            from ragen.models.loading import quiet_transformers
-
             with quiet_transformers():  # no "Writing model shards" bar per checkpoint
                 actor_kind = _save_model(actor, tmp, "actor")
                 if tokenizer is not None:
@@ -351,7 +336,7 @@ class CheckpointManager:
             return []
         later = []
         for child in self.root.iterdir():
-            match = _STEP_DIR.match(child.name) or _TMP_DIR.match(child.name)
+            match = STEP_DIR.match(child.name) or TMP_DIR.match(child.name)
             if match and child.is_dir() and int(match.group(1)) > step:
                 later.append((int(match.group(1)), child))
         moved = []
@@ -566,9 +551,6 @@ def _prepare_model_load(
 
 def _check_finite_state(state: Mapping[str, torch.Tensor], where: Path) -> None:
     """Refuse weights with NaN/inf before they replace the model's (``ragen.models.finite``)."""
-    from ragen.errors import NonFiniteError
-    from ragen.models.finite import nonfinite_tensors
-
     bad = nonfinite_tensors(state.items())
     if bad:
         raise NonFiniteError(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .signals import TrainingInterrupted
+
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
@@ -17,7 +19,19 @@ def add_parser(subparsers) -> None:
         ),
     )
     p.add_argument("overrides", nargs="*", help="KEY=VALUE presets and overrides")
-    p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    p.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the resolved config, each key under its help, and exit",
+    )
+    p.add_argument(
+        "--help-config",
+        nargs="?",
+        const="text",
+        choices=("text", "markdown"),
+        help="list every config key with its default, type, accepted values and help "
+        "(markdown: docs/CONFIG.md), and exit",
+    )
     p.add_argument(
         "--list-presets", action="store_true", help="list algo/model/env presets and exit"
     )
@@ -25,18 +39,23 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .config import load_config, preset_names, to_yaml
+    # deferred: the config imports torch (its choices come from ragen.algo), and `ragen
+    # --help` must not wait for it
+    from .config import load_config, preset_names
+    from .config_help import commented_yaml, help_text, markdown
 
+    if args.help_config:
+        print(markdown() if args.help_config == "markdown" else help_text(), end="")
+        return 0
     if args.list_presets:
         for kind in ("algo", "model", "env"):
             print(f"{kind}: {', '.join(preset_names(kind))}")
         return 0
     cfg = load_config(args.overrides)
     if args.print_config:
-        print(to_yaml(cfg))
+        print(commented_yaml(cfg), end="")
         return 0
-    from .signals import TrainingInterrupted
-    from .starpo import train
+    from .starpo import train  # deferred: imports torch
 
     try:
         train(cfg, argv=args.overrides)

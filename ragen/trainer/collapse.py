@@ -36,8 +36,9 @@ import math
 import statistics
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from ragen.config_fields import option
 from ragen.errors import ConfigError
 
 __all__ = ["CollapseConfig", "CollapseDetector", "CollapseWarning", "SIGNALS", "ON_COLLAPSE"]
@@ -45,38 +46,94 @@ __all__ = ["CollapseConfig", "CollapseDetector", "CollapseWarning", "SIGNALS", "
 ON_COLLAPSE = ("warn", "stop", "rollback")
 
 
+# name -> (metric key, kind, config attribute of the threshold)
+SIGNALS: dict[str, tuple[str, str, str]] = {
+    "group_reward_std": ("rollout/group_reward_std", "drop", "group_std_ratio"),
+    "entropy": ("actor/entropy", "drop", "entropy_ratio"),
+    "thought_diversity": ("rollout/thought_distinct", "drop", "thought_diversity_ratio"),
+    "mutual_info": ("reasoning/mutual_info", "drop", "mutual_info_ratio"),
+    "grad_norm": ("actor/grad_norm_max", "spike", "grad_norm_spike"),
+    "format_errors": ("rollout/format_error_rate", "surge", "format_error_rise"),
+}
+
+
+_DROP_RATIO = dict(
+    gt=0,
+    lt=1,
+    fix="e.g. 0.5 (fire at half the peak); drop the signal from "
+    "trainer.collapse.signals to turn it off",
+)
+
+
 @dataclass
 class CollapseConfig:
-    """``trainer.collapse``: the detector's windows and thresholds (module docstring)."""
+    """``trainer.collapse``: the detector's windows and thresholds (module docstring).
 
-    enabled: bool = True
-    # which signals run (any of SIGNALS); the others are ignored. mutual_info is off by
-    # default: its threshold could not be measured here (docs/RESULTS.md), and a default
-    # that is a guess would be worse than none; add it to the list to use it.
-    signals: list[str] = field(
+    The thresholds are 0.9x (drops) or 1.5-2x (spike, surge) the most extreme value seen
+    on the healthy StarPO / StarPO-S bandit runs of seeds 0 and 1, rounded to 0.05
+    (docs/RESULTS.md, "Echo-trap early warning").
+    """
+
+    enabled: bool = option(True, "run the echo-trap detector over each step's metrics")
+    # mutual_info is off by default: its threshold could not be measured here (the
+    # bandit's MI is 0 by construction), and a default that is a guess would be worse
+    # than none; add it to the list to use it.
+    signals: list[str] = option(
         default_factory=lambda: [
             "group_reward_std",
             "entropy",
             "grad_norm",
             "thought_diversity",
             "format_errors",
-        ]
+        ],
+        help="which signals run; the others are ignored (mutual_info is off by default: "
+        "its threshold is not measured)",
+        choices=tuple(SIGNALS),
     )
-    min_steps: int = 4  # no warning before this step (the first steps set the peak)
-    window: int = 3  # moving-average length for drop and surge signals
-    # Thresholds: 0.9x (drops) or 1.5-2x (spike, surge) the most extreme value seen on the
-    # healthy StarPO / StarPO-S bandit runs of seeds 0 and 1, rounded to 0.05 (docs/RESULTS.md)
-    group_std_ratio: float = 0.55  # fire when a_t < ratio * peak (healthy min 0.64)
-    entropy_ratio: float = 0.4  # healthy min 0.49 (StarPO-S entropy drifts up, then back)
-    thought_diversity_ratio: float = 0.3  # healthy min 0.35 (a converged policy repeats itself)
-    mutual_info_ratio: float = (
-        0.3  # not measured (the bandit's MI is 0 by construction): off by default
+    min_steps: int = option(4, "no warning before this step (the first steps set the peak)", ge=0)
+    window: int = option(3, "moving-average length of the drop and surge signals", ge=1)
+    group_std_ratio: float = option(
+        0.55,
+        "group_reward_std fires when its average falls below ratio x its peak "
+        "(healthy minimum 0.64)",
+        **_DROP_RATIO,
     )
-    min_drop: float = 0.02  # a drop must also lose at least this much in absolute terms
-    grad_norm_spike: float = 5.0  # fire when x_t > spike * median of the history (healthy max 3.3)
-    grad_norm_history: int = 10
-    format_error_rise: float = (
-        0.2  # fire when a_t exceeds its running minimum by this (healthy max 0.10)
+    entropy_ratio: float = option(
+        0.4,
+        "entropy fires below ratio x its peak (healthy minimum 0.49; StarPO-S entropy "
+        "drifts up, then back)",
+        **_DROP_RATIO,
+    )
+    thought_diversity_ratio: float = option(
+        0.3,
+        "thought_diversity fires below ratio x its peak (healthy minimum 0.35: a "
+        "converged policy repeats itself)",
+        **_DROP_RATIO,
+    )
+    mutual_info_ratio: float = option(
+        0.3,
+        "mutual_info fires below ratio x its peak (not measured: the signal is off by default)",
+        **_DROP_RATIO,
+    )
+    min_drop: float = option(
+        0.02,
+        "a drop must also lose at least this much in absolute terms (a metric near 0 "
+        "cannot halve on noise)",
+        ge=0,
+    )
+    grad_norm_spike: float = option(
+        5.0,
+        "grad_norm fires when the step's max exceeds spike x the median of the history "
+        "(healthy maximum 3.3)",
+        gt=1,
+        fix="e.g. 8",
+    )
+    grad_norm_history: int = option(10, "previous steps in the grad_norm median", ge=1)
+    format_error_rise: float = option(
+        0.2,
+        "format_errors fires when the error rate's average exceeds its running minimum "
+        "by this (healthy maximum 0.10)",
+        gt=0,
     )
 
 
@@ -92,17 +149,6 @@ class CollapseWarning:
     # the step the decline began: where a drop's moving average peaked (or a surge's was
     # lowest); the warning step itself for a spike. ``trainer.rollback_to=onset`` uses it.
     onset: int = 0
-
-
-# name -> (metric key, kind, config attribute of the threshold)
-SIGNALS: dict[str, tuple[str, str, str]] = {
-    "group_reward_std": ("rollout/group_reward_std", "drop", "group_std_ratio"),
-    "entropy": ("actor/entropy", "drop", "entropy_ratio"),
-    "thought_diversity": ("rollout/thought_distinct", "drop", "thought_diversity_ratio"),
-    "mutual_info": ("reasoning/mutual_info", "drop", "mutual_info_ratio"),
-    "grad_norm": ("actor/grad_norm_max", "spike", "grad_norm_spike"),
-    "format_errors": ("rollout/format_error_rate", "surge", "format_error_rise"),
-}
 
 
 def _finite(x) -> bool:

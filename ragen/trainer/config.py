@@ -17,16 +17,24 @@ Resolution order (later wins):
 types, unknown values of enumerated keys (checked against the modules that consume
 them) and impossible combinations raise a one-line :class:`~ragen.errors.ConfigError`
 naming the full key, the problem and the fix, before anything expensive happens.
+
+Each key's help, type, choices and range live on its field (``option(default, help,
+choices=..., ge=...)``, ``ragen.config_fields``): validation reads them, and so do
+``ragen train --help-config``, ``--print-config`` and docs/CONFIG.md
+(``ragen.trainer.config_help``). The module is long because its ~125 keys carry their
+documentation here, next to their defaults, which is the point.
 """
 
 from __future__ import annotations
 
+import copy
 import difflib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import (
     ConfigAttributeError,
@@ -35,10 +43,26 @@ from omegaconf.errors import (
     ValidationError,
 )
 
+from ragen import envs
 from ragen.agent.rollout import RolloutConfig
+from ragen.algo.filtering import FILTER_METRICS, FILTER_STRATEGIES
+from ragen.algo.kl import KL_KINDS
+from ragen.algo.losses import LOSS_AGG_MODES
+from ragen.algo.normalize import GROUPINGS, METHODS
+from ragen.algo.registry import (
+    critic_free_estimators,
+    get_advantage_estimator,
+    list_advantage_estimators,
+    list_policy_losses,
+)
 from ragen.cli_utils import nest_dotted, parse_value, split_key_value
-from ragen.errors import ConfigError, check_choice
-from ragen.trainer.collapse import CollapseConfig
+from ragen.config_fields import check_section, option
+from ragen.engines.base import ENGINE_CHOICES
+from ragen.errors import ConfigError
+from ragen.models.loading import DTYPE_CHOICES, check_device_spec
+from ragen.trainer.batching import ADVANTAGE_TOKENS, REWARD_PLACEMENTS, TURN_BASELINES
+from ragen.trainer.collapse import ON_COLLAPSE, CollapseConfig
+from ragen.trainer.metrics_logger import WANDB_MODES
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "configs"
 
@@ -46,28 +70,50 @@ __all__ = [
     "ConfigError",
     "LoraConfig",
     "ModelConfig",
+    "CurriculumConfig",
     "EnvSection",
     "RolloutConfig",
     "FilterConfig",
+    "DynamicSamplingConfig",
     "CollapseConfig",
     "AlgoConfig",
     "TrainerSection",
     "TrainConfig",
     "load_config",
     "validate",
-    "check_env_options",
     "preset_names",
     "to_yaml",
     "to_dict",
 ]
 
 
+def _check_resume(value: str, key: str) -> None:
+    if value not in ("never", "auto") and not Path(value).exists():
+        _fail(
+            key,
+            f"checkpoint {value!r} does not exist",
+            "use auto, never, or an existing checkpoint folder",
+        )
+
+
+def _check_rollback_change(value: list[str], key: str) -> None:
+    parse_rollback_change(value)
+
+
+def _fail(key: str, problem: str, fix: str) -> None:
+    raise ConfigError(f"{key}: {problem}. Fix: {fix}")
+
+
+# The sections. Each key's help, choices and range are its field's metadata
+# (ragen.config_fields.option); a check that involves two keys is in validate() below.
+
+
 @dataclass
 class LoraConfig:
-    rank: int = 0  # 0 = full fine-tuning; > 0 trains LoRA adapters of this rank
-    alpha: int = 16
-    dropout: float = 0.0
-    target_modules: list[str] = field(
+    rank: int = option(0, "0 = full fine-tuning; > 0 trains LoRA adapters of this rank", ge=0)
+    alpha: int = option(16, "LoRA scaling: the adapter's update is scaled by alpha / rank", gt=0)
+    dropout: float = option(0.0, "dropout on the LoRA adapters' input", ge=0, lt=1)
+    target_modules: list[str] = option(
         default_factory=lambda: [
             "q_proj",
             "k_proj",
@@ -76,33 +122,62 @@ class LoraConfig:
             "gate_proj",
             "up_proj",
             "down_proj",
-        ]
+        ],
+        help="the modules that get adapters (the attention and MLP projections of "
+        "Llama/Qwen-style models)",
     )
 
 
 @dataclass
 class ModelConfig:
-    path: str = (
-        "tiny"  # hub id, local HF folder, .gguf file, or tiny[:size] (built offline on first use)
+    path: str = option(
+        "tiny",
+        "the policy: a hub id, a local HF folder, a .gguf file, or tiny[:SIZE] (built "
+        "offline on first use)",
     )
-    tokenizer_path: str | None = None  # defaults to path
-    critic_path: str | None = (
-        None  # defaults to the policy's weights (+ a zero-initialized value head)
+    tokenizer_path: str | None = option(None, "the tokenizer's hub id or folder; null: path's")
+    critic_path: str | None = option(
+        None,
+        "the critic's starting weights; null: the policy's weights plus a "
+        "zero-initialized value head",
     )
-    dtype: str = (
-        "auto"  # auto (float32 weights, bf16 autocast on CUDA) | float32 | bfloat16 | float16
+    dtype: str = option(
+        "auto",
+        "weight dtype: auto (float32 weights, bf16 autocast on CUDA), float32, bfloat16 or float16",
+        choices=DTYPE_CHOICES,
     )
-    device: str = "auto"  # auto | cpu | cuda | cuda:N
-    # generation engine (ragen.engines.compiled): eager | static (faster decode step, same
-    # samples) | compiled (static + torch.compile, a one-off compile of seconds to minutes)
-    # | static-bf16 (static with bf16 matmuls and K/V: faster, NOT exact; docs/MODELS.md)
-    # | static-graphs (static replayed as CUDA graphs on a GPU; opt-in, docs/SPEED.md)
-    engine: str = "static"
-    actor_lr: float = 1e-6
-    critic_lr: float = 1e-5
-    weight_decay: float = 0.0
-    warmup_steps: int = 0
-    gradient_checkpointing: bool = False
+    device: str = option(
+        "auto",
+        "where the models run: auto (CUDA when available, else CPU), cpu, cuda or cuda:N",
+        check=check_device_spec,
+    )
+    engine: str = option(
+        "static",
+        "generation engine (ragen.engines.compiled): eager; static (a faster decode "
+        "step, the same samples); compiled (static + torch.compile, a one-off compile of "
+        "seconds to minutes); static-bf16 (static with bf16 matmuls and K/V: faster, NOT "
+        "exact; docs/MODELS.md); static-graphs (static replayed as CUDA graphs on a GPU; "
+        "docs/SPEED.md)",
+        choices=ENGINE_CHOICES,
+    )
+    actor_lr: float = option(
+        1e-6, "the policy's learning rate (AdamW)", gt=0, fix="e.g. 1e-6 for a 0.5B model"
+    )
+    critic_lr: float = option(
+        1e-5, "the critic's learning rate (AdamW)", gt=0, fix="e.g. 1e-5 for a 0.5B model"
+    )
+    weight_decay: float = option(
+        0.0, "AdamW weight decay of the policy and the critic", ge=0, fix="0 turns it off"
+    )
+    warmup_steps: int = option(
+        0,
+        "linear learning-rate warm-up over this many optimizer steps, then constant (0 = none)",
+        ge=0,
+        fix="0 turns it off",
+    )
+    gradient_checkpointing: bool = option(
+        False, "recompute activations in the backward pass: less memory, slower updates"
+    )
     lora: LoraConfig = field(default_factory=LoraConfig)
 
 
@@ -112,36 +187,67 @@ class CurriculumConfig:
     (``Env.difficulty``: Sokoban's optimal solution length, FrozenLake's 1 - the
     solver's discounted chance). Off while ``start`` is null."""
 
-    start: float | None = None  # the first level (e.g. 3 moves); null: no curriculum
-    step: float = 1.0  # how much the level rises each time it advances
-    stop: float | None = None  # the highest level; past it every state is drawn
-    # advance once the mean training success of the last ``window`` steps reaches this
-    advance_at: float = 0.6
-    window: int = 3
+    start: float | None = option(
+        None, "the first difficulty level (e.g. 3 moves); null: no curriculum"
+    )
+    step: float = option(1.0, "how much the level rises each time it advances", gt=0)
+    stop: float | None = option(None, "the highest level; past it every state is drawn")
+    advance_at: float = option(
+        0.6,
+        "advance once the mean training success of the last `window` steps reaches this",
+        gt=0,
+        le=1,
+    )
+    window: int = option(3, "steps of training success averaged to decide an advance", ge=1)
 
 
 @dataclass
 class EnvSection:
-    name: str = "sokoban"  # a registered environment (``ragen envs``)
-    config: dict[str, Any] = field(
-        default_factory=dict
-    )  # the env's own knobs, e.g. {dim_room: [8, 8]}
-    val_config: dict[str, Any] = field(default_factory=dict)  # overrides for validation envs only
-    # 0: a fresh training state per group and step; N: draw groups from a fixed pool of N
-    # distinct training states (prompt diversity; validation states stay held out)
-    train_states: int = 0
+    name: str = option(
+        "sokoban", "a registered environment (`ragen envs` lists them)", choices=envs.names
+    )
+    config: dict[str, Any] = option(
+        default_factory=dict,
+        help="the env's own options, e.g. {dim_room: [8, 8]} (`ragen envs` lists each "
+        "env's options)",
+    )
+    val_config: dict[str, Any] = option(
+        default_factory=dict, help="options of the validation envs only, over env.config"
+    )
+    train_states: int = option(
+        0,
+        "0: a fresh training state per group and step; N: draw groups from a fixed pool "
+        "of N distinct training states (validation states stay held out)",
+        ge=0,
+        fix="env.train_states=0 or a pool size such as 64",
+    )
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
 
 
 @dataclass
 class FilterConfig:
-    # top_p | top_k | nucleus | min_p | threshold | min_std (ragen.algo.filtering)
-    strategy: str = "top_p"
-    value: float = 1.0  # top_p: fraction of groups kept (1.0 = no filtering)
-    include_zero: bool = True  # keep zero-variance groups when they rank high enough
-    # what groups are ranked by: reward_std | reward_var | reward | entropy | length
-    # (entropy: mean surprisal of the sampled tokens; length: response tokens)
-    metric: str = "reward_std"
+    strategy: str = option(
+        "top_p",
+        "how many of the ranked groups to keep (ragen.algo.filtering): top_p (a "
+        "fraction), top_k (a number), nucleus (a share of the metric's mass), min_p "
+        "(metric >= value x the best), threshold / min_std (metric >= value)",
+        choices=FILTER_STRATEGIES,
+    )
+    value: float = option(
+        1.0,
+        "the strategy's parameter; top_p: the fraction of groups kept (1.0 = no "
+        "filtering; StarPO-S keeps 0.25)",
+    )
+    include_zero: bool = option(
+        True, "keep the groups whose rewards do not vary when they rank high enough"
+    )
+    metric: str = option(
+        "reward_std",
+        "what groups are ranked by: the in-group reward_std or reward_var, the "
+        "mean reward, entropy (mean surprisal of the sampled tokens) or length (response "
+        "tokens)",
+        choices=FILTER_METRICS,
+    )
 
 
 @dataclass
@@ -151,141 +257,331 @@ class DynamicSamplingConfig:
     initial states until ``rollout.env_groups`` informative groups are kept or
     ``max_rounds`` refills are spent (``ragen.trainer.dynamic_sampling``)."""
 
-    enabled: bool = False
-    # what must differ within a group: success (solved or not) | reward (episode reward)
-    on: str = "success"
-    max_rounds: int = 3  # refill rollouts per step, each of rollout.env_groups groups
+    enabled: bool = option(False, "drop the groups whose episodes all agree and refill")
+    on: str = option(
+        "success",
+        "what must differ within a group: success (solved or not) or reward (the episode reward)",
+        choices=("success", "reward"),
+    )
+    max_rounds: int = option(3, "refill rollouts per step, each of rollout.env_groups groups", ge=0)
+
+
+_DISCOUNT = dict(ge=0, le=1, fix="1.0 is no discounting")
 
 
 @dataclass
 class AlgoConfig:
-    name: str = "starpo"  # preset name, informational
-    # see ragen.algo: gae masked_gae grpo drgrpo rloo reinforce_plus_plus bi_level_gae
-    # vagen_bi_level_gae turn_gae
-    adv_estimator: str = "gae"
-    use_critic: bool = True
-    reward_placement: str = "trajectory"  # trajectory: episode reward at the last token; turn: per-turn rewards at turn ends
-    norm_grouping: str = "none"  # reward normalization before advantages: none | state | batch
-    norm_method: str = "identity"  # identity | mean_std | mean | asym_clip
-    whiten_advantages: bool = False
-    # windowed turns: baseline from the same turn index of the group's episodes (turn) or
-    # from every turn that saw the same observation (state); see trainer.batching
-    turn_baseline: str = "turn"
-    gamma: float = 1.0
-    lam: float = 1.0
-    gamma_turn: float = 0.95
-    lam_turn: float = 1.0
-    gamma_token: float = 1.0
-    lam_token: float = 1.0
-    # windowed samples (rollout.context_window set): the discount of later turns' rewards
-    # in a turn's reward-to-go, its score. 1 = the undiscounted rest of the episode; 0 =
-    # the turn's own reward only (with rollout.progress_reward: the move's own progress)
-    window_gamma: float = 1.0
+    name: str = option("starpo", "the preset's name (informational, logged with the run)")
+    adv_estimator: str = option(
+        "gae",
+        "the advantage estimator (ragen.algo.registry; docs/ALGORITHMS.md); what it "
+        "needs (a critic, turn rewards, groups) is checked against the other keys",
+        choices=list_advantage_estimators,
+    )
+    use_critic: bool = option(True, "train a critic (value model); critic estimators need it")
+    reward_placement: str = option(
+        "trajectory",
+        "trajectory: the episode's reward at its last token; turn: each turn's "
+        "reward at its turn end (the bi-level and turn estimators need it)",
+        choices=REWARD_PLACEMENTS,
+    )
+    norm_grouping: str = option(
+        "none",
+        "which samples share statistics in the reward normalization before the "
+        "advantages: none, state (a group) or the whole batch",
+        choices=GROUPINGS,
+    )
+    norm_method: str = option(
+        "identity",
+        "the reward normalization before the advantages (ragen.algo.normalize): ARPO is "
+        "identity, BRPO and GRPO mean_std",
+        choices=METHODS,
+    )
+    whiten_advantages: bool = option(
+        False, "standardize the advantages over the batch's response tokens"
+    )
+    turn_baseline: str = option(
+        "turn",
+        "windowed turns: the baseline comes from the same turn index of the group's "
+        "episodes (turn) or from every turn that saw the same observation (state)",
+        choices=TURN_BASELINES,
+    )
+    gamma: float = option(1.0, "discount per token", **_DISCOUNT)
+    lam: float = option(1.0, "GAE lambda", **_DISCOUNT)
+    gamma_turn: float = option(0.95, "discount across turns", **_DISCOUNT)
+    lam_turn: float = option(1.0, "GAE lambda across turns", **_DISCOUNT)
+    gamma_token: float = option(1.0, "discount between the tokens of a turn", **_DISCOUNT)
+    lam_token: float = option(1.0, "GAE lambda within a turn", **_DISCOUNT)
+    window_gamma: float = option(
+        1.0,
+        "windowed samples (rollout.context_window set): the discount of later turns' "
+        "rewards in a turn's reward-to-go, its score; 1 = the undiscounted rest of the "
+        "episode, 0 = the turn's own reward only",
+        **_DISCOUNT,
+    )
     filter: FilterConfig = field(default_factory=FilterConfig)
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
-    kl_coef: float = 0.001
-    kl_type: str = "low_var_kl"  # k1 | abs | k2 | low_var_kl
-    kl_in_reward: bool = False  # True: subtract coef*KL from token rewards; False: KL loss term
-    clip_ratio_low: float = 0.2
-    clip_ratio_high: float = 0.2
-    clip_ratio_c: float = 3.0
-    value_clip: float = 0.5
-    entropy_coef: float = 0.001
-    loss_agg_mode: str = "token-mean"
-    ppo_epochs: int = 1
-    ppo_mini_batch_size: int = 32  # trajectories per optimizer step
-    # padded tokens per forward/backward micro-batch; 0 (auto): 8192, or what fits in the
-    # free memory when less (ragen.models.memory); too many to fit is an error at start
-    micro_token_budget: int = 0
-    grad_clip: float = 1.0
-    skip_grad_norm_above: float | None = (
-        None  # skip the optimizer step when the grad norm exceeds this
+    policy_loss: str = option(
+        "ppo",
+        "the policy loss (ragen.algo.registry): ppo is the clipped surrogate with a "
+        "decoupled clip range and dual clip",
+        choices=list_policy_losses,
     )
-    # seq-mean-token-sum-norm (Dr.GRPO) divides by this constant; None: the response
-    # budget of one sample (rollout.max_new_tokens x turns per sample)
-    loss_norm_constant: int | None = None
-    # critic estimators bootstrap V(s_end) where the return continues; the turn and action
-    # budgets count as termination when true (our prompts show what is left of them, so
-    # the budget is part of the state)
-    budget_is_terminal: bool = True
-    # tokens the GAE recursion of masked_gae runs over (M_adv): response | response_and_turn_end
-    advantage_tokens: str = "response"
-    # policy gradient only on "forking" tokens: a response token whose entropy under the
-    # behaviour policy (the model before the update, at the rollout temperature) is
-    # below this many nats gets advantage 0 (its entropy bonus and KL still apply).
-    # 0 = every token. Near-certain template tokens then take no push from the
-    # advantages (cf. Wang et al. 2025, "Beyond the 80/20 rule"; docs/ALGORITHMS.md)
-    pg_min_entropy: float = 0.0
-    # advantages below this floor are raised to it before the update; 0 keeps only the
-    # better-than-baseline samples' push (their tokens go up, nothing is pushed down, as
-    # in filtered behaviour cloning / RAFT). null = off. Why: in a reply that names its
-    # move twice (the thought, then the answer copying it), negative advantages on the
-    # copied answer token teach the answer to differ from the thought (docs/ALGORITHMS.md)
-    advantage_floor: float | None = None
+    kl_coef: float = option(
+        0.001,
+        "weight of the KL to the reference model (StarPO 0.001; StarPO-S 0, which "
+        "needs no reference model)",
+        ge=0,
+        fix="0 turns it off",
+    )
+    kl_type: str = option(
+        "low_var_kl",
+        "the KL estimator: k1 (= kl), abs, k2 (= mse), or k3 (= low_var_kl)",
+        choices=KL_KINDS,
+    )
+    kl_in_reward: bool = option(
+        False, "true: subtract kl_coef x KL from the token rewards; false: a KL loss term"
+    )
+    clip_ratio_low: float = option(
+        0.2,
+        "PPO clip below: the ratio is clipped at 1 - clip_ratio_low",
+        ge=0,
+        lt=1,
+        fix="e.g. 0.2",
+    )
+    clip_ratio_high: float = option(
+        0.2,
+        "PPO clip above: the ratio is clipped at 1 + clip_ratio_high (StarPO-S: 0.28, clip-higher)",
+        ge=0,
+        fix="e.g. 0.28",
+    )
+    clip_ratio_c: float = option(
+        3.0,
+        "dual clip: the loss of a negative-advantage token is capped at -A x c",
+        gt=1,
+        fix="use 3.0 (default)",
+    )
+    value_clip: float = option(
+        0.5,
+        "the critic's update is clipped to old value +- this (PPO value clipping)",
+        ge=0,
+        fix="e.g. 0.5",
+    )
+    entropy_coef: float = option(
+        0.001, "weight of the entropy bonus in the policy loss", ge=0, fix="0 turns it off"
+    )
+    loss_agg_mode: str = option(
+        "token-mean",
+        "how token losses add up to a loss (ragen.algo.losses.agg_loss)",
+        choices=LOSS_AGG_MODES,
+    )
+    ppo_epochs: int = option(1, "passes over the step's samples", ge=1)
+    ppo_mini_batch_size: int = option(32, "trajectories per optimizer step", ge=1)
+    micro_token_budget: int = option(
+        0,
+        "padded tokens per forward/backward micro-batch; 0 (auto): 8192, or what fits in "
+        "the free memory when less (ragen.models.memory); too many to fit is an error at "
+        "start",
+        ge=0,
+        fix="0 picks what fits in memory; e.g. 8192",
+    )
+    grad_clip: float = option(
+        1.0,
+        "clip the gradient norm of each optimizer step to this",
+        gt=0,
+        fix="e.g. 1.0 (default); a huge value such as 1e9 leaves gradients unclipped",
+    )
+    skip_grad_norm_above: float | None = option(
+        None,
+        "skip the optimizer step when the grad norm exceeds this (VAGEN); null: never",
+        gt=0,
+        fix="null never skips; e.g. 10 skips optimizer steps whose grad norm exceeds 10",
+    )
+    loss_norm_constant: int | None = option(
+        None,
+        "the constant seq-mean-token-sum-norm (Dr.GRPO) divides by; null: the response "
+        "budget of one sample (rollout.max_new_tokens x turns per sample)",
+        ge=1,
+        fix="null uses the response budget of one sample (rollout.max_new_tokens x turns)",
+    )
+    budget_is_terminal: bool = option(
+        True,
+        "critic estimators bootstrap V(s_end) where the return continues; true: the "
+        "turn and action budgets count as termination (our prompts show what is left of "
+        "them, so the budget is part of the state)",
+    )
+    advantage_tokens: str = option(
+        "response",
+        "the tokens the GAE recursion of masked_gae runs over (M_adv): response, "
+        "or response_and_turn_end (also the template tokens that close each turn)",
+        choices=ADVANTAGE_TOKENS,
+    )
+    pg_min_entropy: float = option(
+        0.0,
+        "policy gradient only on forking tokens: a response token whose entropy under "
+        "the behaviour policy is below this many nats gets advantage 0 (its entropy bonus "
+        "and KL still apply); 0 = every token (docs/ALGORITHMS.md)",
+        ge=0,
+        fix="0 trains every token; e.g. 0.1 leaves near-certain template tokens out",
+    )
+    advantage_floor: float | None = option(
+        None,
+        "advantages below this floor are raised to it before the update; 0 keeps only "
+        "the better-than-baseline samples' push (filtered behaviour cloning); null: off "
+        "(docs/ALGORITHMS.md)",
+    )
 
 
 @dataclass
 class TrainerSection:
-    total_steps: int = 200
-    # wall-clock budget: stop after the step that reaches this many minutes of training,
-    # validating and saving as at the last step (null: no limit). For time-boxed jobs
-    # (a lent GPU, a queue's time limit), where a killed run would lose its last steps
-    max_minutes: float | None = None
-    seed: int = 0
-    run_name: str | None = None  # default: <env>-<algo>
-    run_dir: str | None = None  # default: runs/<run_name>
-    resume: str = "never"  # never | auto | path to a checkpoint folder
-    save_every: int = 50
-    keep_last: int | None = None
-    val_every: int = 10  # 0 disables periodic validation
-    val_groups: int = 32  # validation episodes (fixed, disjoint seeds)
-    val_temperature: float = 0.5
-    save_trajectories: bool = True  # trajectories/step_N.jsonl (and val_step_N.jsonl)
-    # write the training trajectories of step 1, every N-th step and the last step (0: none)
-    log_trajectories_every: int = 1
-    # episodes written per step (whole groups, the first groups first); null: all of them
-    log_trajectories_max: int | None = 128
-    # stop with an error after this many consecutive steps that trained nothing (context
-    # overflow on every episode, or a filter that keeps no group); 0 never stops
-    max_consecutive_skipped_steps: int = 3
-    # echo-trap early warning (ragen.trainer.collapse): what a warning does
-    on_collapse: str = "warn"  # warn | stop | rollback
+    total_steps: int = option(200, "training steps (rollout + update)", ge=1)
+    max_minutes: float | None = option(
+        None,
+        "wall-clock budget: stop after the step that reaches this many minutes, "
+        "validating and saving as at the last step (null: no limit)",
+        gt=0,
+        fix="null trains all trainer.total_steps; e.g. 30 stops after the step that passes "
+        "30 minutes",
+    )
+    seed: int = option(0, "the run's seed: initial states, sampling, model init")
+    run_name: str | None = option(None, "the run's name; null: <env>-<algo>")
+    run_dir: str | None = option(None, "the run folder; null: runs/<run_name>")
+    resume: str = option(
+        "never",
+        "never, auto (the run folder's last checkpoint, if any), or a checkpoint folder",
+        check=_check_resume,
+    )
+    save_every: int = option(
+        50,
+        "save a checkpoint every N steps (0: only at the end)",
+        ge=0,
+        fix="use 0 to turn it off, or a positive integer",
+    )
+    keep_last: int | None = option(
+        None, "keep only the newest N checkpoints; null: keep all", ge=1, fix="null keeps all"
+    )
+    val_every: int = option(
+        10,
+        "validate every N steps (0: never)",
+        ge=0,
+        fix="use 0 to turn it off, or a positive integer",
+    )
+    val_groups: int = option(32, "validation episodes (fixed seeds, disjoint from training)", ge=1)
+    val_temperature: float = option(
+        0.5, "sampling temperature of validation", ge=0, fix="0 is greedy"
+    )
+    save_trajectories: bool = option(
+        True, "write trajectories/step_N.jsonl (and val_step_N.jsonl) for `ragen view`"
+    )
+    log_trajectories_every: int = option(
+        1,
+        "write the training trajectories of step 1, every N-th step and the last (0: none)",
+        ge=0,
+        fix="use 0 to turn it off, or a positive integer",
+    )
+    log_trajectories_max: int | None = option(
+        128,
+        "episodes written per step (whole groups, the first groups first); null: all",
+        ge=1,
+        fix="null writes every episode; trainer.save_trajectories=false writes none",
+    )
+    max_consecutive_skipped_steps: int = option(
+        3,
+        "stop with an error after this many consecutive steps that trained nothing "
+        "(context overflow on every episode, or a filter that keeps no group); 0: never",
+        ge=0,
+        fix="use 0 to turn it off, or a positive integer",
+    )
+    on_collapse: str = option(
+        "warn",
+        "what an echo-trap warning (ragen.trainer.collapse) does: warn, stop, or "
+        "rollback to a checkpoint with trainer.rollback_change applied",
+        choices=ON_COLLAPSE,
+    )
     collapse: CollapseConfig = field(default_factory=CollapseConfig)
-    # rollback: the change applied after restoring the last checkpoint before the warning,
-    # "key=value" overrides; "key=*0.5" scales the current value (e.g. model.actor_lr=*0.5)
-    rollback_change: list[str] = field(default_factory=lambda: ["model.actor_lr=*0.5"])
-    max_rollbacks: int = 2  # after this many, a warning only warns
-    # which checkpoint a rollback restores: the last one saved before the warning step
-    # (warning), or before the step the warned signal began to decline (onset)
-    rollback_to: str = "warning"
-    # reasoning/cond_entropy and reasoning/mutual_info from n x n cross-prompt scoring of
-    # this many groups per step (0 disables; ragen.trainer.reasoning_stats)
-    reasoning_samples: int = 8
-    # one forward per model where the step allows it (one PPO epoch over one minibatch):
-    # the update's forward gives the old log-probs, the critic's update forward the values
-    # (ragen.trainer.onepass, docs/SPEED.md); false: separate scoring passes, same numbers
-    fuse_passes: bool = True
-    console: bool = True
-    tensorboard: bool = True
-    wandb: bool = False
-    wandb_project: str = "ragen"
-    wandb_mode: str = "offline"  # offline (works without a network) | online | disabled
-    bf16: bool = True  # autocast to bf16 where the device supports it (CUDA); CPU: bf16_cpu
-    # the same on a CPU with bf16 instructions (avx512_bf16 / AMX): log-probs, values and the
-    # update under bf16 autocast; generation stays float32 (docs/RESULTS.md, "Rollout and
-    # update speed", measured the speed and the effect on learning)
-    bf16_cpu: bool = False
-    # scale-out (ragen.distributed, docs/SCALING.md; needs `pip install ragen[scale]`):
-    # 0: rollouts in this process; N: N Ray actors, each playing a shard of the groups
-    # (sampling seeded per group, so any N >= 1 gives the same trajectories)
-    rollout_workers: int = 0
-    # groups a rollout worker plays in one batch (one generate call per turn); the unit
-    # of sampling seeds and of work, so it fixes the samples: keep it to reproduce a run
-    worker_batch_groups: int = 4
-    train_ranks: int = 1  # > 1: the actor/critic update data-parallel on torch.distributed
-    ray_address: str | None = None  # null: $RAY_ADDRESS when set, else a local Ray instance
-    worker_cpus: float = 1.0  # Ray CPUs reserved per rollout worker / training rank
-    worker_gpus: float | None = None  # Ray GPUs per worker/rank; null: 1 on CUDA, else 0
+    rollback_change: list[str] = option(
+        default_factory=lambda: ["model.actor_lr=*0.5"],
+        help="rollback: the change applied after restoring the checkpoint, as key=value "
+        "overrides; key=*0.5 scales the current value",
+        check=_check_rollback_change,
+    )
+    max_rollbacks: int = option(
+        2,
+        "after this many rollbacks a warning only warns",
+        ge=0,
+        fix="use 0 to turn it off, or a positive integer",
+    )
+    rollback_to: str = option(
+        "warning",
+        "the checkpoint a rollback restores: the last one saved before the warning "
+        "step (warning), or before the step the warned signal began to decline (onset)",
+        choices=("warning", "onset"),
+    )
+    reasoning_samples: int = option(
+        8,
+        "reasoning/cond_entropy and reasoning/mutual_info from n x n cross-prompt scoring "
+        "of this many groups per step (0: off; ragen.trainer.reasoning_stats)",
+        ge=0,
+        fix="use 0 to turn it off, or a positive integer",
+    )
+    fuse_passes: bool = option(
+        True,
+        "one forward per model where the step allows it (one PPO epoch over one "
+        "minibatch): the update's forward gives the old log-probs, the critic's update "
+        "forward the values (ragen.trainer.onepass, docs/SPEED.md); false: separate "
+        "scoring passes, the same numbers",
+    )
+    console: bool = option(True, "print one line per step")
+    tensorboard: bool = option(True, "write TensorBoard events to the run folder")
+    wandb: bool = option(False, "log to Weights & Biases")
+    wandb_project: str = option("ragen", "the W&B project")
+    wandb_mode: str = option(
+        "offline",
+        "the W&B mode: offline (works without a network), online or disabled",
+        choices=WANDB_MODES,
+    )
+    bf16: bool = option(True, "autocast to bf16 where the device supports it (CUDA)")
+    bf16_cpu: bool = option(
+        False,
+        "bf16 autocast on a CPU with bf16 instructions (avx512_bf16 / AMX) for the "
+        'log-probs, values and update; generation stays float32 (docs/RESULTS.md, "Rollout '
+        'and update speed")',
+    )
+    rollout_workers: int = option(
+        0,
+        "scale-out (docs/SCALING.md; pip install ragen[scale]): 0 plays rollouts in this "
+        "process; N uses N Ray actors, each a shard of the groups (any N gives the same "
+        "trajectories)",
+        ge=0,
+        fix="0 plays rollouts in this process; N >= 1 uses N Ray actors",
+    )
+    worker_batch_groups: int = option(
+        4,
+        "groups a rollout worker plays in one batch; the unit of sampling seeds, so it "
+        "fixes the samples: keep it to reproduce a run",
+        ge=1,
+        fix="e.g. 4 (groups per generate batch on a rollout worker)",
+    )
+    train_ranks: int = option(
+        1,
+        "1 updates in this process; M >= 2 updates data-parallel on M torch.distributed ranks",
+        ge=1,
+    )
+    ray_address: str | None = option(
+        None, "the Ray cluster; null: $RAY_ADDRESS when set, else a local Ray instance"
+    )
+    worker_cpus: float = option(
+        1.0,
+        "Ray CPUs reserved per rollout worker / training rank",
+        ge=0,
+        fix="e.g. 1 (fractions share a device)",
+    )
+    worker_gpus: float | None = option(
+        None,
+        "Ray GPUs per worker / rank; null: 1 on CUDA, else 0",
+        ge=0,
+        fix="e.g. 1 (fractions share a device)",
+    )
 
 
 @dataclass
@@ -353,6 +649,26 @@ def _merge(base: DictConfig, other: Any, source: str) -> DictConfig:
         raise ConfigError(f"{key}: bad value (from {source}): {msg}") from None
 
 
+def _load_file(path: str) -> DictConfig:
+    """A ``config=FILE`` YAML file; a missing file, bad YAML or a file that is not a
+    mapping of sections is a one-line :class:`ConfigError`."""
+    if not Path(path).is_file():
+        raise ConfigError(f"config: file {path!r} does not exist. Fix: check the path")
+    try:
+        node = OmegaConf.load(path)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(err, "problem", None) or type(err).__name__
+        raise ConfigError(f"config: {path} is not valid YAML{where}: {problem}. Fix: correct "
+                          "the file; `ragen train --print-config` prints a valid one") from None  # fmt: skip
+    if not isinstance(node, DictConfig):
+        raise ConfigError(f"config: {path} holds a {type(node).__name__}, not a mapping of "
+                          "sections. Fix: write it as `algo: {gamma: 0.99}` (see "
+                          "`ragen train --print-config`)")  # fmt: skip
+    return node
+
+
 def load_config(overrides: list[str] | None = None) -> TrainConfig:
     """Resolve presets + overrides into a validated :class:`TrainConfig` (see module
     docstring); raises :class:`~ragen.errors.ConfigError`."""
@@ -387,9 +703,7 @@ def load_config(overrides: list[str] | None = None) -> TrainConfig:
     if algo is not None:
         cfg = _apply_preset(cfg, "algo", algo)
     for path in files:
-        if not Path(path).exists():
-            raise ConfigError(f"config: file {path!r} does not exist. Fix: check the path")
-        cfg = _merge(cfg, OmegaConf.load(path), path)
+        cfg = _merge(cfg, _load_file(path), path)
     if dotted:
         cfg = _merge(cfg, nest_dotted(dotted), "command line")
     typed: TrainConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
@@ -397,28 +711,26 @@ def load_config(overrides: list[str] | None = None) -> TrainConfig:
     return typed
 
 
-def _fail(key: str, problem: str, fix: str) -> None:
-    raise ConfigError(f"{key}: {problem}. Fix: {fix}")
-
-
 def validate(cfg: TrainConfig, rollback_dry_run: bool = True) -> None:
     """Reject a config that cannot run, naming the full key, the problem and the fix.
 
-    Order: unknown values of enumerated keys, then ranges of single values (including
-    ``rollout.*`` via :meth:`RolloutConfig.validate`), then combinations, so the most
-    basic problem is the one reported.
+    Order: every key against its field's choices and custom check (the metadata of
+    ``ragen.config_fields.option``) and the env's options, then every key's range, then
+    the keys that must agree, so the most basic problem is the one reported.
     """
-    _check_choices(cfg)
-    _check_ranges(cfg)
+    check_section(cfg, what="choices")
+    envs.check_options(cfg.env.name, cfg.env.config, "env.config")
+    envs.check_options(cfg.env.name, cfg.env.val_config, "env.val_config")
+    check_section(cfg, what="ranges")
     cfg.rollout.validate(prefix="rollout.")
+    _check_curriculum(cfg.env)
+    _check_filter(cfg.algo.filter)
+    _check_scale_out(cfg.trainer, cfg.rollout)
+    if cfg.algo.dynamic_sampling.enabled and cfg.env.train_states:
+        _fail("algo.dynamic_sampling.enabled", "refills draw fresh states; they cannot use "
+              "the fixed pool of env.train_states", "env.train_states=0")  # fmt: skip
     _check_combinations(cfg)
     t = cfg.trainer
-    if t.resume not in ("never", "auto") and not Path(t.resume).exists():
-        _fail(
-            "trainer.resume",
-            f"checkpoint {t.resume!r} does not exist",
-            "use auto, never, or an existing checkpoint folder",
-        )
     if rollback_dry_run and t.on_collapse == "rollback" and t.rollback_change:
         # a change that makes the config invalid must fail now, not at the first warning
         try:
@@ -430,172 +742,45 @@ def validate(cfg: TrainConfig, rollback_dry_run: bool = True) -> None:
             ) from None
 
 
-def _check_choices(cfg: TrainConfig) -> None:
-    """Every enumerated key, against the names its consumer accepts."""
-    from ragen import envs
-    from ragen.algo.filtering import FILTER_METRICS, FILTER_STRATEGIES
-    from ragen.algo.kl import KL_KINDS
-    from ragen.algo.losses import LOSS_AGG_MODES
-    from ragen.algo.normalize import GROUPINGS, METHODS
-    from ragen.algo.registry import list_advantage_estimators
-    from ragen.models.loading import DTYPE_CHOICES, check_device_spec
-    from ragen.trainer.batching import ADVANTAGE_TOKENS, REWARD_PLACEMENTS, TURN_BASELINES
-    from ragen.trainer.collapse import ON_COLLAPSE, SIGNALS
-    from ragen.trainer.metrics_logger import WANDB_MODES
-
-    a = cfg.algo
-    check_choice("env.name", cfg.env.name, envs.names())
-    _check_env_keys(cfg.env)
-    check_choice("algo.adv_estimator", a.adv_estimator, list_advantage_estimators())
-    check_choice("algo.loss_agg_mode", a.loss_agg_mode, LOSS_AGG_MODES)
-    check_choice("algo.norm_method", a.norm_method, METHODS)
-    check_choice("algo.norm_grouping", a.norm_grouping, GROUPINGS)
-    check_choice("algo.kl_type", a.kl_type, KL_KINDS)
-    check_choice("algo.filter.strategy", a.filter.strategy, FILTER_STRATEGIES)
-    check_choice("algo.filter.metric", a.filter.metric, FILTER_METRICS)
-    check_choice("trainer.on_collapse", cfg.trainer.on_collapse, ON_COLLAPSE)
-    check_choice("trainer.rollback_to", cfg.trainer.rollback_to, ("warning", "onset"))
-    for name in cfg.trainer.collapse.signals:
-        check_choice("trainer.collapse.signals", name, list(SIGNALS))
-    check_choice("algo.turn_baseline", a.turn_baseline, TURN_BASELINES)
-    check_choice("algo.advantage_tokens", a.advantage_tokens, ADVANTAGE_TOKENS)
-    check_choice("algo.reward_placement", a.reward_placement, REWARD_PLACEMENTS)
-    check_choice("model.dtype", cfg.model.dtype, DTYPE_CHOICES)
-    from ragen.engines.base import ENGINE_CHOICES
-
-    check_choice("model.engine", cfg.model.engine, ENGINE_CHOICES)
-    check_device_spec(cfg.model.device, key="model.device")
-    check_choice("trainer.wandb_mode", cfg.trainer.wandb_mode, WANDB_MODES)
-
-
-def _check_env_keys(env: EnvSection) -> None:
-    check_env_options(env.name, env.config, "env.config")
-    check_env_options(env.name, env.val_config, "env.val_config")
-    if env.train_states < 0:
-        raise ConfigError(
-            f"env.train_states must be >= 0 (0 = a fresh state per group and step), got "
-            f"{env.train_states}. Fix: env.train_states=0 or a pool size such as 64"
-        )
+def _check_curriculum(env: EnvSection) -> None:
     c = env.curriculum
     if c.start is None:
         return
-    from ragen import envs
-
     if not getattr(envs.spec(env.name).load_class(), "difficulty_meaning", ""):
         _fail("env.curriculum.start", f"env {env.name!r} cannot rank its states by "
               "difficulty (Env.difficulty)", "env.curriculum.start=null")  # fmt: skip
     if env.train_states:
         _fail("env.curriculum.start", "a curriculum draws fresh states; it cannot use the "
               "fixed pool of env.train_states", "env.train_states=0")  # fmt: skip
-    if not c.step > 0:
-        _fail("env.curriculum.step", f"must be > 0, got {c.step}", "e.g. 1")
     if c.stop is not None and not c.stop >= c.start:
         _fail("env.curriculum.stop", f"must be >= start ({c.start}), got {c.stop}", "or null")
-    if not 0 < c.advance_at <= 1:
-        _fail(
-            "env.curriculum.advance_at", f"a success rate in (0, 1], got {c.advance_at}", "e.g. 0.6"
-        )
-    if c.window < 1:
-        _fail("env.curriculum.window", f"must be >= 1, got {c.window}", "e.g. 3")
 
 
-def check_env_options(name: str, options: dict[str, Any], key: str = "env.config") -> None:
-    """Raise :class:`ConfigError` (naming ``<key>.<option>``) unless environment ``name``
-    accepts every option in ``options``; an unknown ``name`` raises ``UnknownEnvError``."""
-    import inspect
-
-    from ragen import envs
-
-    params = inspect.signature(envs.registry.spec(name).load_class().__init__).parameters
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return
-    accepted = list(envs.config_keys(name))
-    for option in options:
-        if option not in accepted:
-            close = difflib.get_close_matches(str(option), accepted, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise ConfigError(
-                f"{key}.{option}: environment {name!r} has no option {option!r}.{hint} "
-                f"Valid: {', '.join(accepted)}"
-            )
+def _check_filter(f: FilterConfig) -> None:
+    """``algo.filter.value``'s range depends on the strategy."""
+    if f.strategy == "top_p" and not 0 < f.value <= 1:
+        _fail("algo.filter.value", f"top_p keeps a fraction in (0, 1], got {f.value}",
+              "e.g. 0.25 (1.0 keeps every group)")  # fmt: skip
+    if f.strategy == "nucleus" and not 0 < f.value <= 1 or f.strategy == "min_p" and not 0 <= f.value <= 1:  # fmt: skip
+        _fail("algo.filter.value",
+              f"{f.strategy} takes a share of the metric in (0, 1], got {f.value}",
+              "e.g. algo.filter.value=0.5")  # fmt: skip
+    if f.strategy == "top_k" and f.value < 1:
+        _fail("algo.filter.value", f"top_k keeps a number of groups >= 1, got {f.value}",
+              "e.g. algo.filter.value=4")  # fmt: skip
 
 
-def _check_finite(node: Any, prefix: str = "") -> None:
-    """Every float key of the config tree is a finite number: NaN passes every ``value <= 0``
-    style check below, and an inf learning rate trains weights into NaN (issue 36)."""
-    import dataclasses
-
-    for f in dataclasses.fields(node):
-        value, key = getattr(node, f.name), f"{prefix}{f.name}"
-        if dataclasses.is_dataclass(value):
-            _check_finite(value, f"{key}.")
-        elif isinstance(value, float) and not math.isfinite(value):
-            default = f.default if f.default is not dataclasses.MISSING else None
-            example = "null (off)" if default is None else f"the default {default}"
-            _fail(key, f"must be a finite number, got {value}", f"give a number, e.g. {example}")
-
-
-def _check_ranges(cfg: TrainConfig) -> None:
-    """Single values, each on its own (positivity, intervals)."""
-    a, m, t = cfg.algo, cfg.model, cfg.trainer
-    _check_finite(cfg)
-    for key, value in (
-        ("trainer.total_steps", t.total_steps),
-        ("algo.ppo_epochs", a.ppo_epochs),
-        ("algo.ppo_mini_batch_size", a.ppo_mini_batch_size),
-        ("trainer.val_groups", t.val_groups),
-    ):
-        if value < 1:
-            _fail(key, f"must be >= 1, got {value}", "use a positive integer")
-    for key, value in (
-        ("trainer.save_every", t.save_every),
-        ("trainer.val_every", t.val_every),
-        ("trainer.max_consecutive_skipped_steps", t.max_consecutive_skipped_steps),
-        ("trainer.log_trajectories_every", t.log_trajectories_every),
-        ("trainer.max_rollbacks", t.max_rollbacks),
-        ("trainer.reasoning_samples", t.reasoning_samples),
-        ("trainer.collapse.min_steps", t.collapse.min_steps),
-        ("model.warmup_steps", m.warmup_steps),
-        ("model.lora.rank", m.lora.rank),
-    ):
-        if value < 0:
-            _fail(key, f"must be >= 0, got {value}", "use 0 to turn it off, or a positive integer")
-    if a.loss_norm_constant is not None and a.loss_norm_constant < 1:
-        _fail(
-            "algo.loss_norm_constant",
-            f"must be null or >= 1, got {a.loss_norm_constant}",
-            "null uses the response budget of one sample (rollout.max_new_tokens x turns)",
-        )
-    if t.max_minutes is not None and not 0 < t.max_minutes < float("inf"):
-        _fail(
-            "trainer.max_minutes",
-            f"must be null or a number > 0, got {t.max_minutes}",
-            "null trains all trainer.total_steps; e.g. 30 stops after the step that passes 30 minutes",
-        )
-    if t.log_trajectories_max is not None and t.log_trajectories_max < 1:
-        _fail(
-            "trainer.log_trajectories_max",
-            f"must be null or >= 1, got {t.log_trajectories_max}",
-            "null writes every episode; trainer.save_trajectories=false writes none",
-        )
-    if t.rollout_workers < 0:
-        _fail("trainer.rollout_workers", f"must be >= 0, got {t.rollout_workers}",
-              "0 plays rollouts in this process; N >= 1 uses N Ray actors")  # fmt: skip
-    if t.worker_batch_groups < 1:
-        _fail("trainer.worker_batch_groups", f"must be >= 1, got {t.worker_batch_groups}",
-              "e.g. 4 (groups per generate batch on a rollout worker)")  # fmt: skip
-    units = -(-cfg.rollout.env_groups // max(t.worker_batch_groups, 1))
+def _check_scale_out(t: TrainerSection, r: RolloutConfig) -> None:
+    units = -(-r.env_groups // t.worker_batch_groups)
     if t.rollout_workers > units:
-        most = max(cfg.rollout.env_groups // t.rollout_workers, 1)
+        most = max(r.env_groups // t.rollout_workers, 1)
         _fail("trainer.rollout_workers",
               f"{t.rollout_workers} workers for {units} sampling unit(s) (rollout.env_groups="
-              f"{cfg.rollout.env_groups} in units of trainer.worker_batch_groups="
+              f"{r.env_groups} in units of trainer.worker_batch_groups="
               f"{t.worker_batch_groups}): {t.rollout_workers - units} would stay idle",
               f"trainer.worker_batch_groups={most}, or fewer workers")  # fmt: skip
-    if t.train_ranks < 1:
-        _fail("trainer.train_ranks", f"must be >= 1, got {t.train_ranks}",
-              "1 updates in this process; M >= 2 updates data-parallel on M ranks")  # fmt: skip
     if t.rollout_workers > 0 or t.train_ranks > 1:
+        # deferred: ragen.distributed imports the trainer (and Ray is optional)
         from ragen.distributed.ray_setup import INSTALL_HINT, ray_installed
 
         if not ray_installed():
@@ -603,111 +788,6 @@ def _check_ranges(cfg: TrainConfig) -> None:
             _fail(key, "needs Ray, which is not installed",
                   f"{INSTALL_HINT}, or trainer.rollout_workers=0 trainer.train_ranks=1 "
                   "to run in one process")  # fmt: skip
-    for key, value in (
-        ("trainer.worker_cpus", t.worker_cpus),
-        ("trainer.worker_gpus", t.worker_gpus),
-    ):
-        if value is not None and not 0 <= value < float("inf"):
-            _fail(key, f"must be a number >= 0, got {value}", "e.g. 1 (fractions share a device)")
-    if t.keep_last is not None and t.keep_last < 1:
-        _fail("trainer.keep_last", f"must be null or >= 1, got {t.keep_last}", "null keeps all")
-    for key, value in (("model.actor_lr", m.actor_lr), ("model.critic_lr", m.critic_lr)):
-        if value <= 0:
-            _fail(key, f"learning rate must be > 0, got {value}", "e.g. 1e-6 for a 0.5B model")
-    for key in (
-        "gamma",
-        "lam",
-        "gamma_turn",
-        "lam_turn",
-        "gamma_token",
-        "lam_token",
-        "window_gamma",
-    ):
-        value = getattr(a, key)
-        if not 0 <= value <= 1:
-            _fail(f"algo.{key}", f"must be in [0, 1], got {value}", "1.0 is no discounting")
-    if not 0 <= a.pg_min_entropy < float("inf"):  # also NaN
-        _fail(
-            "algo.pg_min_entropy",
-            f"must be a finite number >= 0 (nats), got {a.pg_min_entropy}",
-            "0 trains every token; e.g. 0.1 leaves near-certain template tokens out",
-        )
-    if a.advantage_floor is not None and not math.isfinite(a.advantage_floor):
-        _fail(
-            "algo.advantage_floor",
-            f"must be null or a finite number, got {a.advantage_floor}",
-            "null leaves advantages as they are; 0 drops the negative ones",
-        )
-    for key in ("kl_coef", "entropy_coef", "clip_ratio_low", "clip_ratio_high", "value_clip"):
-        value = getattr(a, key)
-        if value < 0:
-            _fail(f"algo.{key}", f"must be >= 0, got {value}", "0 turns it off")
-    if a.clip_ratio_c <= 1:
-        _fail("algo.clip_ratio_c", "dual-clip constant must exceed 1", "use 3.0 (default)")
-    if a.grad_clip <= 0:
-        _fail("algo.grad_clip", f"the gradient-norm clip must be > 0, got {a.grad_clip}",
-              "e.g. 1.0 (default); a huge value such as 1e9 leaves gradients unclipped")  # fmt: skip
-    if a.skip_grad_norm_above is not None and a.skip_grad_norm_above <= 0:
-        _fail("algo.skip_grad_norm_above", f"must be null or > 0, got {a.skip_grad_norm_above}",
-              "null never skips; e.g. 10 skips optimizer steps whose grad norm exceeds 10")  # fmt: skip
-    if t.val_temperature < 0:
-        _fail("trainer.val_temperature", f"must be >= 0, got {t.val_temperature}", "0 is greedy")
-    if a.micro_token_budget < 0:
-        _fail("algo.micro_token_budget", f"must be >= 0, got {a.micro_token_budget}",
-              "0 picks what fits in memory; e.g. 8192")  # fmt: skip
-    d = a.dynamic_sampling
-    check_choice("algo.dynamic_sampling.on", d.on, ("success", "reward"))
-    if d.max_rounds < 0:
-        _fail("algo.dynamic_sampling.max_rounds", f"must be >= 0, got {d.max_rounds}", "e.g. 3")
-    if d.enabled and cfg.env.train_states:
-        _fail("algo.dynamic_sampling.enabled", "refills draw fresh states; they cannot use "
-              "the fixed pool of env.train_states", "env.train_states=0")  # fmt: skip
-    if a.filter.strategy == "top_p" and not 0 < a.filter.value <= 1:
-        _fail(
-            "algo.filter.value",
-            f"top_p keeps a fraction in (0, 1], got {a.filter.value}",
-            "e.g. 0.25 (1.0 keeps every group)",
-        )
-    if a.filter.strategy in ("nucleus", "min_p") and not (
-        0 < a.filter.value <= 1 if a.filter.strategy == "nucleus" else 0 <= a.filter.value <= 1
-    ):
-        _fail(
-            "algo.filter.value",
-            f"{a.filter.strategy} takes a share of the metric in (0, 1], got {a.filter.value}",
-            "e.g. algo.filter.value=0.5",
-        )
-    _check_collapse(t)
-    if a.filter.strategy == "top_k" and a.filter.value < 1:
-        _fail(
-            "algo.filter.value",
-            f"top_k keeps a number of groups >= 1, got {a.filter.value}",
-            "e.g. algo.filter.value=4",
-        )
-
-
-def _check_collapse(t: TrainerSection) -> None:
-    c = t.collapse
-    if c.window < 1 or c.grad_norm_history < 1:
-        _fail("trainer.collapse.window", "windows must be >= 1", "e.g. window=3")
-    for key in ("group_std_ratio", "entropy_ratio", "thought_diversity_ratio", "mutual_info_ratio"):
-        value = getattr(c, key)
-        if not 0 < value < 1:
-            _fail(
-                f"trainer.collapse.{key}",
-                f"a drop ratio must be in (0, 1), got {value}",
-                "e.g. 0.5 (fire at half the peak); drop the signal from trainer.collapse.signals to turn it off",
-            )
-    if c.grad_norm_spike <= 1:
-        _fail(
-            "trainer.collapse.grad_norm_spike", f"must exceed 1, got {c.grad_norm_spike}", "e.g. 8"
-        )
-    if c.format_error_rise <= 0 or c.min_drop < 0:
-        _fail(
-            "trainer.collapse",
-            "format_error_rise must be > 0 and min_drop >= 0",
-            "see docs/TRAINING.md",
-        )
-    parse_rollback_change(t.rollback_change)
 
 
 # keys a rollback may change mid-run: read afresh every step (the construction-time keys,
@@ -770,8 +850,6 @@ def apply_rollback_change(
     cfg: TrainConfig, items: list[str]
 ) -> tuple[TrainConfig, dict[str, list]]:
     """A validated copy of ``cfg`` with ``items`` applied, and ``{key: [old, new]}``."""
-    import copy
-
     new = copy.deepcopy(cfg)
     changed: dict[str, list] = {}
     for key, op, value in parse_rollback_change(items):
@@ -795,30 +873,28 @@ def apply_rollback_change(
 
 
 def _check_combinations(cfg: TrainConfig) -> None:
-    """Keys that are each valid but cannot go together."""
-
-    from ragen.algo.registry import get_advantage_estimator, needs_critic
-
+    """Keys that are each valid but cannot go together. What an estimator needs (a
+    critic, turn ends, group ids, an advantage mask) is asked of the registry."""
     a, r = cfg.algo, cfg.rollout
-    if a.advantage_tokens != "response":
-        takes_mask = "advantage_mask" in get_advantage_estimator(a.adv_estimator).data_params
-        if not takes_mask:
-            _fail(
-                "algo.advantage_tokens",
-                f"{a.advantage_tokens!r} needs an estimator that takes an advantage mask "
-                f"(M_adv), and {a.adv_estimator!r} does not",
-                "set algo.adv_estimator=masked_gae, or algo.advantage_tokens=response",
-            )
-    if needs_critic(a.adv_estimator) and not a.use_critic:
+    estimator = get_advantage_estimator(a.adv_estimator)
+    if a.advantage_tokens != "response" and "advantage_mask" not in estimator.data_params:
+        takes_mask = [n for n in list_advantage_estimators()
+                      if "advantage_mask" in get_advantage_estimator(n).data_params]  # fmt: skip
+        _fail(
+            "algo.advantage_tokens",
+            f"{a.advantage_tokens!r} needs an estimator that takes an advantage mask "
+            f"(M_adv), and {a.adv_estimator!r} does not",
+            f"set algo.adv_estimator to {' or '.join(takes_mask)}, or "
+            "algo.advantage_tokens=response",
+        )
+    if estimator.needs_critic and not a.use_critic:
         _fail(
             "algo.use_critic",
             f"estimator {a.adv_estimator!r} needs a critic (value baseline) but use_critic=false",
-            "set algo.use_critic=true or use a critic-free estimator (grpo, drgrpo, rloo, reinforce_plus_plus)",
+            "set algo.use_critic=true or use a critic-free estimator "
+            f"({', '.join(critic_free_estimators())})",
         )
-    if (
-        a.adv_estimator in ("bi_level_gae", "vagen_bi_level_gae", "turn_gae")
-        and a.reward_placement != "turn"
-    ):
+    if estimator.needs_turn_ends and a.reward_placement != "turn":
         _fail(
             "algo.reward_placement",
             f"{a.adv_estimator} assigns credit per turn and needs turn rewards at turn ends",
@@ -840,7 +916,7 @@ def _check_combinations(cfg: TrainConfig) -> None:
             "score normalization rescales one score per trajectory and cannot apply to per-turn rewards",
             "set algo.norm_grouping=none, or algo.reward_placement=trajectory",
         )
-    group_based = a.adv_estimator in ("grpo", "drgrpo", "rloo") or a.norm_grouping == "state"
+    group_based = estimator.needs_index or a.norm_grouping == "state"
     if group_based and r.group_size < 2:
         _fail(
             "rollout.group_size",

@@ -45,7 +45,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from ragen.errors import ConfigError
+from ragen.errors import ConfigError, MissingDependencyError, MissingFileError
 
 METRICS_FILE = "metrics.jsonl"
 TRAJECTORY_DIR = "trajectories"
@@ -347,7 +347,7 @@ def _read_lines(run_dir: str | Path) -> list[dict[str, Any]]:
     if path.is_dir():
         path = path / METRICS_FILE
     if not path.is_file():
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"no metrics file at {path}; pass a run folder that holds {METRICS_FILE}"
         )
     lines = path.read_text(encoding="utf-8").splitlines()
@@ -474,8 +474,6 @@ def _import_wandb(spec: Mapping[str, Any]):
     try:
         import wandb
     except ImportError:
-        from ragen.errors import MissingDependencyError
-
         raise MissingDependencyError(
             "W&B logging was requested but wandb is not installed: pip install 'ragen[wandb]' "
             "(or turn W&B off, e.g. trainer.wandb=false)"

@@ -1088,7 +1088,7 @@ class StarPOTrainer:
             if old_from_update:  # the policy before this step is the one computing log_prob
                 mb.old_log_prob = log_prob.detach().float()
                 batch.old_log_prob[ids, : mask.shape[1]] = mb.old_log_prob
-            pg_loss, pg_metrics = algo.ppo_policy_loss(
+            pg_loss, pg_metrics = algo.get_policy_loss(a.policy_loss)(
                 old_log_prob=mb.old_log_prob,
                 log_prob=log_prob,
                 advantages=mb.advantages,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .site import build_site
+
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
@@ -33,8 +35,6 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
     import time
-
-    from .site import build_site
 
     skipped: list[str] = []
 

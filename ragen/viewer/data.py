@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ragen.agent.reasoning import REASONING_FORMATS, SECTIONS, parse_reply
+
 from .load import finite
 
 #: episodes per chunk file
@@ -102,8 +104,6 @@ class Reading:
     @property
     def structured(self) -> bool:
         """Whether replies may have sections (a structured format, or one not recorded)."""
-        from ragen.agent.reasoning import REASONING_FORMATS, SECTIONS
-
         return self.reasoning not in REASONING_FORMATS or bool(SECTIONS[self.reasoning])
 
 
@@ -152,8 +152,6 @@ def check_facts(stated: str, truth: str) -> dict[str, Any]:
 
 def sections_of(response: str, reading: Reading) -> dict[str, str] | None:
     """The sections of a well-formed structured reply, None otherwise."""
-    from ragen.agent.reasoning import REASONING_FORMATS, SECTIONS, parse_reply
-
     fmt = reading.reasoning
     if fmt not in REASONING_FORMATS:
         fmt = _guess_format(response)

@@ -19,6 +19,8 @@ import html
 import math
 from typing import Any
 
+from ragen.trainer.collapse import SIGNALS, CollapseConfig
+
 from . import charts
 from .charts import Line, Ref
 from .load import Run, StepFile, finite
@@ -92,8 +94,6 @@ def _branch_for(run: Run, event: dict[str, Any], used: set[str]) -> str:
 
 
 def _threshold(run: Run, signal: str) -> float | None:
-    from ragen.trainer.collapse import SIGNALS, CollapseConfig
-
     if signal not in SIGNALS:
         return None
     attr = SIGNALS[signal][2]
@@ -181,8 +181,6 @@ def _has(run: Run, keys: list[str]) -> bool:
 
 def collapse_section(run: Run) -> str:
     """Signals against thresholds (module docstring); empty when none was logged."""
-    from ragen.trainer.collapse import SIGNALS, CollapseConfig
-
     cfg = (run.config.get("trainer") or {}).get("collapse") if run.config else None
     cfg = cfg if isinstance(cfg, dict) else {}
     defaults = CollapseConfig()

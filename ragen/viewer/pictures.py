@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ragen import envs
 from ragen.envs.rgb import png_bytes
 from ragen.envs.rgb import png_data_uri as data_uri
 
@@ -67,8 +68,6 @@ def tile_palette(
     if not env_name:
         return None
     try:
-        from ragen import envs
-
         env = envs.make(env_name, **dict(env_config or {}))
     except Exception:  # an env the viewer cannot build: text only
         return None

@@ -31,10 +31,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ragen import envs
+from ragen.errors import UsageError
+
 from . import overview
 from .data import CHUNK, Reading, episode_entry, text_of, write_data, write_lines
 from .load import Collection, Run, StepFile, finite, load, read_episode_lines, read_episodes
 from .overview import fmt
+from .pictures import tile_palette
 from .reasoning_stats import mismatches, step_stats
 
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -77,8 +81,6 @@ def page(
 def action_names(run: Run, episodes: list[dict]) -> list[str]:
     """The env's action vocabulary, else the actions seen in ``episodes``."""
     try:
-        from ragen import envs
-
         env = envs.make(run.env_name, **run.env_config)
         names = env.action_names
         env.close()
@@ -239,8 +241,6 @@ def _map(fn: Callable, jobs: list) -> list:
 def build_run(run: Run, out: Path, root: str, top: str = "") -> dict[str, Any]:
     """Write one run's pages into ``out`` (``root``: relative path to the site root).
     Returns a summary for the collection index; what was skipped is on ``run.skipped``."""
-    from .pictures import tile_palette
-
     out.mkdir(parents=True, exist_ok=True)
     (out / "data").mkdir(exist_ok=True)
     title = run.name or run.path.name
@@ -460,8 +460,6 @@ def build_site(
     """Build the site for the run folder ``path`` into ``out`` (default ``path/site``);
     return the path of its ``index.html``. Each damaged part that was skipped is passed
     to ``on_skip`` (default: printed to stderr) and listed on the overview page."""
-    from ragen.errors import UsageError
-
     report = on_skip or (lambda line: print(f"ragen view: skipped {line}", file=sys.stderr))
     collection: Collection = load(path)
     out = Path(out) if out is not None else collection.path / "site"

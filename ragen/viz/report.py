@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ragen.trainer.metrics_logger import read_metrics
+
 CURVES = [
     ("rollout/success_rate", "train success rate"),
     ("val/success_rate", "validation success rate"),
@@ -31,8 +33,6 @@ def plot_runs(runs: dict[str, Path], out_png: Path, keys=CURVES) -> Path:
 
     matplotlib.use("Agg")  # no display needed
     import matplotlib.pyplot as plt
-
-    from ragen.trainer.metrics_logger import read_metrics
 
     data = {
         label: read_metrics(path)

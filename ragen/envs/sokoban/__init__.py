@@ -1,10 +1,10 @@
 """Sokoban: room generator, optimal solver, level files and the environment."""
 
-from .env import SYMBOL_SETS, SokobanEnv
+from .env import SYMBOL_SETS, SokobanEnv, solve
 from .generator import generate_room
 from .level_files import builtin_level_files, format_levels, load_levels, parse_levels, save_levels
 from .room import ACTION_ALIASES, ACTION_NAMES, Room
-from .solver import solve, solve_room
+from .solver import solve_room
 
 __all__ = [
     "ACTION_ALIASES",

@@ -34,10 +34,11 @@ from ..facts import (
     coord_legend,
     format_facts,
 )
+from ..rgb import compose, fill, with_border, with_disc, with_ring, with_square
 from .generator import check_room_config, generate_room
 from .level_files import load_levels
 from .room import ACTION_ALIASES, ACTION_NAMES, Room, direction_offsets
-from .solver import DEFAULT_MAX_STATES, pack, solve_path
+from .solver import DEFAULT_MAX_STATES, pack, solve_path, solve_room
 
 STEP_REWARD = -0.1
 BOX_ON_REWARD = 1.0
@@ -442,8 +443,6 @@ class SokobanEnv(Env):
         raise self._unsupported_mode(mode, ("text", "rgb"))
 
     def _render_rgb(self) -> np.ndarray:
-        from ..rgb import compose
-
         codes = [
             (_TARGET if i in self._targets else _FLOOR) if f else _WALL
             for i, f in enumerate(self._floor)
@@ -516,8 +515,6 @@ class SokobanEnv(Env):
 def _tiles(size: int) -> np.ndarray:
     """``(7, size, size, 3)`` tiles: wall, floor, target, box, box on target, player, player on target."""
     if size not in _TILE_CACHE:
-        from ..rgb import fill, with_border, with_disc, with_ring, with_square
-
         floor = fill(size, (200, 190, 170))
         wall = with_border(fill(size, (110, 60, 40)), (70, 40, 25))
         target = with_ring(floor, (210, 40, 40))
@@ -527,3 +524,13 @@ def _tiles(size: int) -> np.ndarray:
         player_on = with_disc(target, (40, 80, 200), radius=0.28)
         _TILE_CACHE[size] = np.stack([wall, floor, target, box, box_on, player, player_on])
     return _TILE_CACHE[size]
+
+
+def solve(env: SokobanEnv, max_states: int | None = None) -> list[str] | None:
+    """Optimal plan from the env's CURRENT state (action names ``up/down/left/right``).
+
+    ``None`` when no plan exists within the search limit (``env.solver_max_states`` by
+    default); ``[]`` when the room is already solved.
+    """
+    limit = env.solver_max_states if max_states is None else max_states
+    return solve_room(env.room, limit)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from ragen.errors import EnvOptionError
+from ragen.errors import EnvOptionError, MissingFileError
 
 from .room import Room, direction_offsets
 
@@ -37,8 +37,8 @@ def resolve_level_path(levels: str | Path) -> Path:
     builtin = BUILTIN_DIR / f"{path.stem}.txt"
     if path.suffix in ("", ".txt") and path.parent == Path(".") and builtin.exists():
         return builtin
-    raise FileNotFoundError(
-        f"levels file {str(levels)!r} not found; pass a path or one of the shipped files: "
+    raise MissingFileError(
+        f"levels file {str(levels)!r} not found. Fix: pass a path or one of the shipped files: "
         f"{', '.join(builtin_level_files())}"
     )
 

@@ -18,12 +18,8 @@ Speed comes from:
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
 
 from .room import ACTION_NAMES, Room, direction_offsets
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .env import SokobanEnv
 
 #: default cap on expanded states; beyond it the solver gives up (returns None)
 DEFAULT_MAX_STATES = 300_000
@@ -69,16 +65,6 @@ def pack(room: Room, player: int, boxes) -> int:
     for b in boxes:
         bits |= 1 << b
     return bits * (room.height * room.width) + player
-
-
-def solve(env: SokobanEnv, max_states: int | None = None) -> list[str] | None:
-    """Optimal plan from the env's CURRENT state (action names ``up/down/left/right``).
-
-    ``None`` when no plan exists within the search limit (``env.solver_max_states`` by
-    default); ``[]`` when the room is already solved.
-    """
-    limit = env.solver_max_states if max_states is None else max_states
-    return solve_room(env.room, limit)
 
 
 def _search(room: Room, max_states: int) -> list[tuple[int, int]] | None:

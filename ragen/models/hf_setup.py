@@ -1,0 +1,52 @@
+"""What every transformers load and save here shares: quiet logs and a tokenizer that
+pads on the left.
+
+Its own module so that the loaders of each kind of model (``loading``, ``tiny``,
+``tiny_vlm``, ``vlm``) can use it without importing each other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from ragen.errors import UsageError
+
+__all__ = ["quiet_transformers", "prepare_tokenizer"]
+
+
+@contextlib.contextmanager
+def quiet_transformers(progress_bars: bool = False) -> Iterator[None]:
+    """Silence transformers' load reports and warnings (and, unless ``progress_bars``,
+    its progress bars) for a local load or save; restores both afterwards.
+
+    A 1M-parameter model loads in milliseconds: a "Loading weights" bar per load and a
+    LOAD REPORT for an expected new head only bury the training log. Hub downloads keep
+    their bars (``progress_bars=True``): those take seconds and are worth watching.
+    """
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    if not progress_bars:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars and not progress_bars:
+            hf_logging.enable_progress_bar()
+
+
+def prepare_tokenizer(tokenizer):
+    """Give ``tokenizer`` a pad token (eos, else unk) and left padding; returns it."""
+    if tokenizer.pad_token is None:
+        fallback = tokenizer.eos_token or tokenizer.unk_token
+        if fallback is None:
+            raise UsageError(
+                "the tokenizer has no pad, eos or unk token; set tokenizer.pad_token first"
+            )
+        tokenizer.pad_token = fallback
+    tokenizer.padding_side = "left"
+    return tokenizer
