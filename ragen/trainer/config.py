@@ -226,9 +226,15 @@ class TrainerSection:
     # which checkpoint a rollback restores: the last one saved before the warning step
     # (warning), or before the step the warned signal began to decline (onset)
     rollback_to: str = "warning"
-    # reasoning/cond_entropy and reasoning/mutual_info from n x n cross-prompt scoring of
-    # this many groups per step (0 disables; ragen.trainer.reasoning_stats)
-    reasoning_samples: int = 8
+    # rollout freshness (the RAGEN paper's finding 5): each rollout's batch is trained on
+    # for this many consecutive steps. 1: a fresh rollout every step; N: steps s+1..s+N-1
+    # update again on step s's kept samples, advantages and behaviour log-probs (PPO's
+    # ratio and clip stay relative to the policy that sampled them), with no new rollout
+    rollout_reuse: int = 1
+    # reasoning/mutual_info (per sequence and per token), cond_entropy, retrieval_acc:
+    # every sample of the step scored under every distinct prompt, at most this many
+    # samples (drawn at random beyond it; 0 disables; ragen.trainer.reasoning_stats)
+    reasoning_samples: int = 32
     console: bool = True
     tensorboard: bool = True
     wandb: bool = False
@@ -488,6 +494,7 @@ def _check_ranges(cfg: TrainConfig) -> None:
         ("algo.ppo_mini_batch_size", a.ppo_mini_batch_size),
         ("algo.micro_token_budget", a.micro_token_budget),
         ("trainer.val_groups", t.val_groups),
+        ("trainer.rollout_reuse", t.rollout_reuse),
     ):
         if value < 1:
             _fail(key, f"must be >= 1, got {value}", "use a positive integer")
