@@ -113,8 +113,9 @@ def test_calibration_needs_a_healthy_run():
 
 # -- figures --------------------------------------------------------------------------
 def test_seed_band_uses_the_steps_every_seed_logged(tmp_path):
-    xs, mean, std = seed_band([[(1, 0.0), (2, 1.0), (3, 2.0)], [(2, 3.0), (3, 4.0)]])
+    xs, mean, std, low, high = seed_band([[(1, 0.0), (2, 1.0), (3, 2.0)], [(2, 3.0), (3, 4.0)]])
     assert xs == [2, 3] and mean == [2.0, 3.0] and std[0] == pytest.approx(math.sqrt(2))
+    assert low == [1.0, 2.0] and high == [3.0, 4.0]
     series = {"a": {0: {"k@step": [(1, 0.1), (2, 0.2)]}, 1: {"k@step": [(1, 0.3), (2, 0.4)]}}}
     png = plot_sweep(series, [("k@step", "k", "step")], tmp_path / "f.png", "title")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -125,7 +126,7 @@ TOY = """
 title: toy
 claim: a claim
 env: bandit
-steps: 3
+steps: 2
 env_groups: 2
 group_size: 2
 max_new_tokens: 16

@@ -273,7 +273,9 @@ def _run(args) -> int:
     results.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("OMP_NUM_THREADS", str(cfg.threads))
-    command = shlex.join(["python", "-m", "experiments.findings.run", *sys.argv[1:]])
+    # the command that trains the sweep (a --report-only rerun reports the same runs)
+    argv = [a for a in sys.argv[1:] if a != "--report-only"]
+    command = shlex.join(["python", "-m", "experiments.findings.run", *argv])
     if not args.report_only:
         if cfg.collapse is None:
             run_sweep(cfg, root, out, cfg.seeds)
