@@ -234,7 +234,7 @@ class TrainerSection:
     # reasoning/mutual_info (per sequence and per token), cond_entropy, retrieval_acc:
     # every sample of the step scored under every distinct prompt, at most this many
     # samples (drawn at random beyond it; 0 disables; ragen.trainer.reasoning_stats)
-    reasoning_samples: int = 32
+    reasoning_samples: int = 16
     console: bool = True
     tensorboard: bool = True
     wandb: bool = False
