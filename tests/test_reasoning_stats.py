@@ -109,3 +109,99 @@ def test_first_turn_and_reasoning_span(tiny_model_dir):
     assert "<answer>" not in span and "<think>" not in span
     no_think = tok("<answer>Left</answer>", add_special_tokens=False)["input_ids"]
     assert reasoning_span(no_think, tok) == (0, len(no_think))
+
+
+# -- RAGEN-2's form: every rollout scored, duplicate prompts merged, per token -------------
+def test_duplicate_prompts_are_one_input():
+    # four thoughts, two distinct prompts (two samples each); each thought is 9x likelier
+    # under its own prompt. Counting the copies as four inputs would claim up to log 4.
+    L = torch.log(torch.tensor([[0.9, 0.1], [0.9, 0.1], [0.1, 0.9], [0.1, 0.9]]))
+    out = mi_from_logprobs(L, torch.ones(4), own=[0, 0, 1, 1])
+    assert out["reasoning/mutual_info"] == pytest.approx(math.log(0.9 / 0.5))
+    assert out["reasoning/mutual_info_max"] == pytest.approx(math.log(2))
+    assert out["reasoning/prompts"] == 2 and out["reasoning/samples"] == 4
+    assert out["reasoning/retrieval_acc"] == 1.0
+
+
+def test_mixture_weights_follow_the_prompt_counts():
+    # a thought that names its prompt exactly: MI = H(X) of the batch's prompt mix,
+    # here 3 samples of prompt 0 and 1 of prompt 1
+    L = torch.tensor([[0.0, -50.0]] * 3 + [[-50.0, 0.0]])
+    out = mi_from_logprobs(L, torch.ones(4), own=[0, 0, 0, 1])
+    h = -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))
+    assert out["reasoning/mutual_info"] == pytest.approx(h, abs=1e-9)
+    assert out["reasoning/mutual_info_max"] == pytest.approx(h)
+
+
+def test_per_token_form_divides_each_thought_by_its_length():
+    # thought 0 (4 tokens) and thought 1 (1 token), each likelier under its own prompt
+    L = torch.tensor([[-4.0, -8.0], [-3.0, -1.0]])
+    lengths = torch.tensor([4.0, 1.0])
+    out = mi_from_logprobs(L, lengths)
+
+    def term(row, own):
+        return row[own] - torch.logsumexp(row + math.log(0.5), 0)
+
+    seq = (term(L[0], 0) + term(L[1], 1)) / 2
+    tok = (term(L[0] / 4, 0) + term(L[1], 1)) / 2
+    assert out["reasoning/mutual_info"] == pytest.approx(float(seq))
+    assert out["reasoning/mutual_info_token"] == pytest.approx(float(tok))
+    assert out["reasoning/mutual_info_token"] < out["reasoning/mutual_info"]
+
+
+def test_cross_scoring_is_responses_by_distinct_prompts():
+    # 3 responses, 2 prompts: (3, 2), each entry equal to scoring that pair alone
+    model = _Bigram(see_first=True)
+    prompts, responses = [[5, 1], [7, 1]], [[2, 4, 6], [3, 3], [4, 2]]
+    spans = [(1, 3), (0, 2), (0, 1)]
+    L = cross_prompt_logprobs(model, prompts, responses, spans, pad_id=0, max_rows=2)
+    assert L.shape == (3, 2)
+    for i in range(3):
+        for k in range(2):
+            alone = cross_prompt_logprobs(model, [prompts[k]], [responses[i]], [spans[i]], 0)
+            assert float(L[i, k]) == pytest.approx(float(alone[0, 0]), abs=1e-5)
+
+
+def _sample(prompt, response, group):
+    ids = list(prompt) + list(response)
+    mask = [0] * len(prompt) + [1] * len(response)
+    return SimpleNamespace(input_ids=ids, response_mask=mask, group_id=group)
+
+
+def test_reasoning_stats_scores_every_sample_and_merges_prompts(tiny_model_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ragen.trainer.reasoning_stats import distinct_prompts, reasoning_stats
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+
+    def enc(text):
+        return tok(text, add_special_tokens=False)["input_ids"]
+
+    # 3 groups x 2 members; the members of a group share their prompt
+    prompts = [enc(f"state {w}: where next?") for w in ("one", "two", "three")]
+    trajs = [
+        _sample(prompts[g], enc(f"<think>go {w}</think><answer>{w}</answer>"), g)
+        for g in range(3)
+        for w in ("Left", "Up")
+    ]
+    assert distinct_prompts([t.input_ids[: len(prompts[t.group_id])] for t in trajs])[1] == [
+        0, 0, 1, 1, 2, 2,
+    ]  # fmt: skip
+    out = reasoning_stats(model, tok, trajs, 64, tok.pad_token_id or 0, 1.0, "cpu", seed=0)
+    assert out["reasoning/samples"] == 6 and out["reasoning/prompts"] == 3
+    assert out["reasoning/mutual_info_max"] == pytest.approx(math.log(3))
+    # each term is at most log(1 / w_own), so the estimate never passes H(w) (it can dip
+    # below 0 for a model whose thoughts fit other prompts better: a Monte-Carlo estimate)
+    assert math.isfinite(out["reasoning/mutual_info"])
+    assert out["reasoning/mutual_info"] <= math.log(3) + 1e-9
+    # at most num_samples are scored, drawn with the seed (the same draw twice)
+    few = reasoning_stats(model, tok, trajs, 4, tok.pad_token_id or 0, 1.0, "cpu", seed=3)
+    assert few["reasoning/samples"] == 4
+    assert few == reasoning_stats(model, tok, trajs, 4, tok.pad_token_id or 0, 1.0, "cpu", 3)
+    # one prompt for all: no MI to report, the conditional entropy stays
+    same = [_sample(prompts[0], t.input_ids[len(prompts[t.group_id]) :], 0) for t in trajs]
+    one = reasoning_stats(model, tok, same, 64, tok.pad_token_id or 0, 1.0, "cpu", seed=0)
+    assert "reasoning/mutual_info" not in one and one["reasoning/prompts"] == 1
+    assert one["reasoning/cond_entropy"] > 0

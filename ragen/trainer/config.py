@@ -517,10 +517,20 @@ class TrainerSection:
         "step (warning), or before the step the warned signal began to decline (onset)",
         choices=("warning", "onset"),
     )
+    rollout_reuse: int = option(
+        1,
+        "rollout freshness (the RAGEN paper's finding 5): each rollout's batch trains this "
+        "many consecutive steps; 1: a fresh rollout every step; N: steps s+1..s+N-1 update "
+        "again on step s's kept samples, advantages and behaviour log-probs (PPO's ratio "
+        "and clip stay relative to the policy that sampled them)",
+        ge=1,
+        fix="1 (a fresh rollout every step) or a larger integer",
+    )
     reasoning_samples: int = option(
-        8,
-        "reasoning/cond_entropy and reasoning/mutual_info from n x n cross-prompt scoring "
-        "of this many groups per step (0: off; ragen.trainer.reasoning_stats)",
+        16,
+        "reasoning/mutual_info (per sequence and per token), cond_entropy, retrieval_acc: "
+        "every sample of the step scored under every distinct prompt, at most this many "
+        "samples (drawn at random beyond it; 0: off; ragen.trainer.reasoning_stats)",
         ge=0,
         fix="use 0 to turn it off, or a positive integer",
     )

@@ -1,39 +1,53 @@
 """Reasoning-collapse statistics: how much the reasoning still depends on the prompt.
 
-A policy caught in the echo trap writes the same thought whatever it reads. Two numbers
-measure that on a step's own rollouts, with one extra batched forward pass (RAGEN-2's
-reasoning-collapse metrics, estimated by cross-prompt scoring):
+A policy caught in the echo trap writes the same thought whatever it reads. RAGEN-2
+measures that on a step's own rollouts by cross-prompt scoring: the mutual information
+I(X; Z) between prompts X and reasoning traces Z, estimated with one extra batched
+forward pass and no gradient.
 
-Take n (prompt, reasoning) pairs (p_i, r_i) of the step, one per group so the prompts
-differ, and score every reasoning under every prompt::
+**What is scored.** Every rollout of the step: one (prompt, reasoning) pair per
+training sample -- the first response of a full-history episode, or the one turn a
+windowed sample holds (``rollout.context_window``) -- at most ``num_samples`` of them,
+drawn at random with the step's seed when there are more. **Duplicate prompts** (the
+members of a group see the same first prompt; the bandit shows one of two) are merged:
+the K *distinct* prompts x_1..x_K are the columns, with weights w_k = (samples whose
+prompt is x_k) / n, the batch's empirical prompt distribution. Identical prompts are
+never counted as distinct inputs, which would credit the model with telling apart
+prompts that do not differ.
 
-    L[i, j] = log p_theta(r_i | p_j)         (sum over the reasoning tokens of r_i)
+With r_i the thought of sample i, c(i) the column of its own prompt and |r_i| its
+token count, every thought is scored under every distinct prompt::
 
-With ``|r_i|`` the number of reasoning tokens of r_i:
+    L[i, k] = log p_theta(r_i | x_k)         (summed over the thought's tokens)
 
-* ``reasoning/cond_entropy`` ~= H(R | P) per token, in nats:
-  ``(1/n) sum_i  -L[i, i] / |r_i|``  (the reasoning's surprisal under its own prompt;
-  the sampled reasoning is a draw from p(. | p_i), so this is a Monte-Carlo estimate).
-* ``reasoning/mutual_info`` ~= I(P; R) per sequence, in nats:
-  ``(1/n) sum_i [ L[i, i] - log( (1/n) sum_j exp L[i, j] ) ]``
-  -- the log-ratio of the reasoning's likelihood under its own prompt to its likelihood
-  under the batch's prompt mixture (an InfoNCE-style estimate, bounded above by
-  ``log n``; ``reasoning/mutual_info_max`` logs that bound). A policy that ignores its
-  prompt has L[i, j] = L[i, i] for all j and MI = 0 exactly.
-* ``reasoning/retrieval_acc``: the fraction of i with ``argmax_j L[i, j] = i`` -- can the
-  prompt be told from the reasoning alone (chance: 1/n)?
+* ``reasoning/mutual_info`` ~= I(X; Z) per sequence (nats):
+  ``(1/n) sum_i [ L[i, c(i)] - log sum_k w_k exp L[i, k] ]``: the log-ratio of the
+  thought's likelihood under its own prompt to its likelihood under the batch's prompt
+  mixture. A policy that ignores its prompt has ``L[i, k] = L[i, c(i)]`` for all k and
+  MI = 0 exactly. The estimate cannot exceed H(w), the entropy of the prompt
+  distribution (``reasoning/mutual_info_max``; log K for K equally frequent prompts):
+  an estimate near it is *saturated* (the batch holds too few distinct prompts to
+  measure more), so score enough samples that K is large where the thought is
+  expected to say much about its prompt.
+* ``reasoning/mutual_info_token``: the same with per-token log-likelihoods
+  ``L[i, k] / |r_i|`` (RAGEN-2's headline form; it does not grow with thought length).
+* ``reasoning/cond_entropy`` ~= H(Z | X) per token (nats):
+  ``(1/n) sum_i -L[i, c(i)] / |r_i|`` (the sampled thought is a draw from p(. | x),
+  so this is a Monte-Carlo estimate).
+* ``reasoning/retrieval_acc``: the share of thoughts likeliest under their own prompt
+  (``argmax_k L[i, k] = c(i)``); chance is 1/K.
+* ``reasoning/prompts`` K, ``reasoning/samples`` n, ``reasoning/tokens`` mean |r_i|.
 
-The reasoning span is the ``<think>...</think>`` part of the first response of each
-sample (the thought tokens, after ``<think>``, through ``</think>``), or the whole first
-response when there is no thought. Scored sequences are ``p_j + response_i[:end_i]`` so
-the tokens before the span (``<think>`` itself) condition the span as in generation.
-Identical prompts (the bandit asks one question) make MI 0 by construction: the metric
-is informative only where prompts differ (grids, countdown).
+The reasoning span is the ``<think>...</think>`` part of the response (the thought
+tokens after ``<think>``, through ``</think>``), or the whole response when there is no
+complete thought. Scored rows are ``x_k + response_i[:end_i]`` so the tokens before the
+span (``<think>`` itself) condition the span as in generation; the rows of one prompt
+share it as a prefix, which :func:`~ragen.models.logprobs.sequence_logprobs` runs once.
+Cost: K prompt prefixes plus n x K thoughts of |r| tokens.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
@@ -41,35 +55,61 @@ from torch import Tensor
 
 from ragen.models.logprobs import sequence_logprobs
 
-__all__ = ["mi_from_logprobs", "reasoning_span", "first_turn", "cross_prompt_logprobs"]
+__all__ = [
+    "mi_from_logprobs",
+    "reasoning_span",
+    "first_turn",
+    "cross_prompt_logprobs",
+    "distinct_prompts",
+    "reasoning_stats",
+]
 
 OPEN, CLOSE = "<think>", "</think>"
 
 
-def mi_from_logprobs(L: Tensor, lengths: Tensor) -> dict[str, float]:
-    """The statistics above from the cross-scoring matrix.
+def mi_from_logprobs(
+    L: Tensor, lengths: Tensor, own: Tensor | Sequence[int] | None = None
+) -> dict[str, float]:
+    """The statistics of the module docstring from the cross-scoring matrix.
 
     Args:
-        L: ``(n, n)`` float, ``L[i, j] = log p(r_i | p_j)`` summed over r_i's tokens.
-        lengths: ``(n,)`` the token count |r_i| of each reasoning (>= 1).
-    Returns ``reasoning/cond_entropy`` (nats/token), ``reasoning/mutual_info`` (nats),
-    ``reasoning/mutual_info_max`` (log n), ``reasoning/retrieval_acc`` and
-    ``reasoning/tokens`` (mean |r_i|) as python floats.
+        L: ``(n, K)`` float, ``L[i, k] = log p(r_i | x_k)`` summed over r_i's tokens,
+            over the K distinct prompts.
+        lengths: ``(n,)`` the token count |r_i| of each thought (>= 1).
+        own: ``(n,)`` the column of each thought's own prompt; ``None``: ``arange(n)``
+            (a square L with one sample per prompt). The prompt weights are the
+            columns' shares of ``own``.
+    Returns ``reasoning/{mutual_info, mutual_info_token, mutual_info_max, cond_entropy,
+    retrieval_acc, prompts, samples, tokens}`` as python floats.
     """
     L = L.double()
-    n = L.shape[0]
-    if L.shape != (n, n) or n < 1:
-        raise ValueError(f"L must be a non-empty square matrix, got {tuple(L.shape)}")
-    diag = torch.diagonal(L)
+    if L.dim() != 2 or L.shape[0] < 1 or L.shape[1] < 1:
+        raise ValueError(f"L must be a non-empty (n, K) matrix, got {tuple(L.shape)}")
+    n, K = L.shape
+    own = torch.arange(n) if own is None else torch.as_tensor(own, dtype=torch.long)
+    if own.shape != (n,) or int(own.min()) < 0 or int(own.max()) >= K:
+        raise ValueError(f"own must hold n={n} column indices in [0, {K}), got {own.tolist()}")
+    counts = torch.bincount(own, minlength=K).double()
+    if bool((counts == 0).any()):
+        raise ValueError("every column of L must be some sample's own prompt")
+    log_w = (counts / n).log()  # the batch's empirical prompt distribution
     lengths = lengths.double().clamp(min=1)
-    marginal = torch.logsumexp(L, dim=1) - math.log(n)  # log (1/n) sum_j p(r_i | p_j)
+    rows = torch.arange(n)
+
+    def mi(scores: Tensor) -> float:
+        matched = scores[rows, own]
+        marginal = torch.logsumexp(scores + log_w, dim=1)  # log sum_k w_k p(r_i | x_k)
+        return float((matched - marginal).mean())
+
+    w = counts / n
     return {
-        "reasoning/cond_entropy": float((-diag / lengths).mean()),
-        "reasoning/mutual_info": float((diag - marginal).mean()),
-        "reasoning/mutual_info_max": math.log(n),
-        "reasoning/retrieval_acc": float(
-            (L.argmax(dim=1) == torch.arange(n, device=L.device)).double().mean()
-        ),
+        "reasoning/mutual_info": mi(L),
+        "reasoning/mutual_info_token": mi(L / lengths[:, None]),
+        "reasoning/mutual_info_max": float(-(w * w.log()).sum()),  # H(w) >= any estimate
+        "reasoning/cond_entropy": float((-L[rows, own] / lengths).mean()),
+        "reasoning/retrieval_acc": float((L.argmax(dim=1) == own).double().mean()),
+        "reasoning/prompts": float(K),
+        "reasoning/samples": float(n),
         "reasoning/tokens": float(lengths.mean()),
     }
 
@@ -115,6 +155,14 @@ def reasoning_span(response_ids: Sequence[int], tokenizer) -> tuple[int, int]:
     return start, end
 
 
+def distinct_prompts(prompts: Sequence[Sequence[int]]) -> tuple[list[list[int]], list[int]]:
+    """``(columns, own)``: the distinct prompts in order of first appearance, and the
+    column of each input prompt (identical token ids are one prompt)."""
+    index: dict[tuple[int, ...], int] = {}
+    own = [index.setdefault(tuple(p), len(index)) for p in prompts]
+    return [list(p) for p in index], own
+
+
 @torch.no_grad()
 def cross_prompt_logprobs(
     model,
@@ -126,41 +174,52 @@ def cross_prompt_logprobs(
     device: torch.device | str = "cpu",
     max_rows: int = 64,
 ) -> Tensor:
-    """``L`` ``(n, n)``: ``L[i, j] = sum_{t in span_i} log p(response_i[t] | prompt_j, response_i[:t])``.
+    """``L`` ``(n, K)``: ``L[i, k] = sum_{t in span_i} log p(response_i[t] | prompt_k,
+    response_i[:t])`` for n responses and K prompts.
 
-    Builds the n^2 right-padded rows ``prompt_j + response_i[:end_i]`` and scores only the
-    span positions (``sequence_logprobs`` with a position mask), ``max_rows`` rows per
-    forward pass. ``temperature``: the sampling temperature, as the trainer scores.
+    One batch per prompt (``max_rows`` rows at a time): the right-padded rows
+    ``prompt_k + response_i[:end_i]`` share the prompt as a prefix, which
+    ``sequence_logprobs`` runs once; only the span positions are scored.
+    ``temperature``: the sampling temperature, as the trainer scores.
     """
-    n = len(prompts)
-    rows, masks = [], []
-    for i in range(n):
-        start, end = spans[i]
-        resp = list(responses[i][:end])
-        for j in range(n):
-            p = list(prompts[j])
-            rows.append(p + resp)
-            masks.append([0] * (len(p) + start) + [1] * (end - start))
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    att = torch.zeros((len(rows), width), dtype=torch.long)
-    pos = torch.zeros((len(rows), width), dtype=torch.long)
-    for k, (r, m) in enumerate(zip(rows, masks)):
-        ids[k, : len(r)] = torch.tensor(r)
-        att[k, : len(r)] = 1
-        pos[k, : len(m)] = torch.tensor(m)
-    out = torch.zeros(len(rows), dtype=torch.float64)
-    for s in range(0, len(rows), max_rows):
-        sl = slice(s, s + max_rows)
-        lp, _ = sequence_logprobs(
-            model,
-            ids[sl].to(device),
-            att[sl].to(device),
-            temperature=max(temperature, 1e-6),
-            positions=pos[sl].to(device),
-        )
-        out[sl] = lp.double().sum(-1).cpu()
-    return out.view(n, n)
+    n, K = len(responses), len(prompts)
+    cut = [list(responses[i][: spans[i][1]]) for i in range(n)]
+    out = torch.zeros(n, K, dtype=torch.float64)
+    for k in range(K):
+        p = list(prompts[k])
+        for s in range(0, n, max_rows):
+            rows = range(s, min(s + max_rows, n))
+            width = len(p) + max(len(cut[i]) for i in rows)
+            ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+            att = torch.zeros((len(rows), width), dtype=torch.long)
+            pos = torch.zeros((len(rows), width), dtype=torch.long)
+            for r, i in enumerate(rows):
+                row = p + cut[i]
+                ids[r, : len(row)] = torch.tensor(row)
+                att[r, : len(row)] = 1
+                pos[r, len(p) + spans[i][0] : len(row)] = 1
+            lp, _ = sequence_logprobs(
+                model,
+                ids.to(device),
+                att.to(device),
+                temperature=max(temperature, 1e-6),
+                positions=pos.to(device),
+            )
+            out[s : s + len(rows), k] = lp.double().sum(-1).cpu()
+    return out
+
+
+def scored_pairs(trajectories) -> list[tuple[list[int], list[int]]]:
+    """One ``(prompt_ids, response_ids)`` per training sample with a response: the first
+    turn of a full-history episode, or the turn a windowed sample holds."""
+    pairs = []
+    for tr in trajectories:
+        if not tr.input_ids:
+            continue
+        turn = first_turn(tr.input_ids, tr.response_mask)
+        if turn is not None and turn[1]:
+            pairs.append(turn)
+    return pairs
 
 
 def reasoning_stats(
@@ -173,30 +232,28 @@ def reasoning_stats(
     device,
     seed: int,
 ) -> dict[str, float]:
-    """The statistics of :func:`mi_from_logprobs` for a step's ``trajectories``: one
-    sample per group (the group's first trajectory with a response), at most
-    ``num_samples`` groups drawn with ``seed``; empty when fewer than 2 groups qualify."""
-    by_group: dict[int, tuple] = {}
-    for tr in trajectories:
-        if tr.group_id in by_group or not tr.input_ids:
-            continue
-        turn = first_turn(tr.input_ids, tr.response_mask)
-        if turn is not None and turn[1]:
-            by_group[tr.group_id] = turn
-    groups = sorted(by_group)
-    if len(groups) < 2:
+    """The statistics of :func:`mi_from_logprobs` for a step's ``trajectories``: every
+    sample scored (at most ``num_samples``, drawn with ``seed``), duplicate prompts
+    merged. Empty for fewer than 2 samples; with a single distinct prompt (nothing to
+    tell apart) only the conditional entropy, token and sample counts."""
+    pairs = scored_pairs(trajectories)
+    if len(pairs) > num_samples:
+        gen = torch.Generator().manual_seed(seed)
+        pick = sorted(torch.randperm(len(pairs), generator=gen)[:num_samples].tolist())
+        pairs = [pairs[k] for k in pick]
+    columns, own = distinct_prompts([p for p, _ in pairs])
+    if len(pairs) < 2:
         return {}
-    gen = torch.Generator().manual_seed(seed)
-    pick = torch.randperm(len(groups), generator=gen)[:num_samples].tolist()
-    pairs = [by_group[groups[k]] for k in sorted(pick)]
-    prompts = [p for p, _ in pairs]
     responses = [r for _, r in pairs]
     spans = [reasoning_span(r, tokenizer) for r in responses]
     was_training = model.training
     model.eval()
     try:
-        L = cross_prompt_logprobs(model, prompts, responses, spans, pad_id, temperature, device)
+        L = cross_prompt_logprobs(model, columns, responses, spans, pad_id, temperature, device)
     finally:
         model.train(was_training)
     lengths = torch.tensor([e - s for s, e in spans], dtype=torch.float64)
-    return mi_from_logprobs(L, lengths)
+    out = mi_from_logprobs(L, lengths, own)
+    if len(columns) < 2:  # one prompt: nothing to tell apart, no MI to report
+        out = {k: v for k, v in out.items() if "mutual_info" not in k and "retrieval" not in k}
+    return out

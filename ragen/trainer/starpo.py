@@ -11,8 +11,8 @@ One step, top to bottom (docs/ARCHITECTURE.md draws it as data)::
       -> critic update -> metrics -> periodic validation
       -> collapse detector (warn | stop | rollback, ragen.trainer.collapse_guard) -> checkpoint
 
-Before the filter, ``trainer.reasoning_samples`` groups' thoughts are cross-scored under
-each other's prompts (``reasoning/cond_entropy``, ``reasoning/mutual_info``).
+Before the filter, up to ``trainer.reasoning_samples`` samples' thoughts are cross-scored
+under every distinct prompt of the step (``reasoning/mutual_info``, ``..._token``, ...).
 
 Every tensor is (B, T) over the training sequence and aligned to token positions:
 ``log_prob[:, t] = log p(input_ids[:, t] | input_ids[:, <t])`` and ``values[:, t]`` is the
@@ -140,6 +140,8 @@ class StarPOTrainer:
         self.signals = StopSignals()  # Ctrl-C / SIGTERM, see ragen.trainer.signals
         self._skip_reason = ""
         self._step_trained = False  # whether the last train_step() ran an update
+        # (batch, step) of the last fresh rollout, trained on again (trainer.rollout_reuse)
+        self._reused: tuple[TrainingBatch, int] | None = None
         seed_everything(t.seed)
         self.run_name = t.run_name or f"{cfg.env.name}-{cfg.algo.name}"
         self.run_dir = Path(t.run_dir or Path("runs") / self.run_name)
@@ -423,6 +425,7 @@ class StarPOTrainer:
                         self._save_if_trained(done)
                         break
                     if isinstance(action, int):  # rolled back to checkpoint `action`
+                        self._reused = None  # the next step rolls out afresh
                         history = history[: max(action - self.start_step, 0)]
                         step, skipped_in_row = action - 1, 0
                         continue
@@ -600,6 +603,8 @@ class StarPOTrainer:
         from ragen.agent.metrics import rollout_metrics
 
         a, t = self.cfg.algo, self.cfg.trainer
+        if self._reused is not None and 0 < step - self._reused[1] < t.rollout_reuse:
+            return self._reuse_step(step)
         timing: dict[str, float] = {}
         # Until the update begins nothing outlives the step (seeds derive from the step
         # number), so a signal may abandon it here (ragen.trainer.signals).
@@ -736,6 +741,9 @@ class StarPOTrainer:
         self.actor_sched.step()
         if self.critic_sched is not None:
             self.critic_sched.step()
+        if t.rollout_reuse > 1:
+            self._reused = (batch, step)
+            metrics["rollout/reuse_age"] = 0.0  # fresh (later steps: how stale)
 
         timing["timing/step"] = sum(timing.values())
         metrics.update(timing)
@@ -744,6 +752,35 @@ class StarPOTrainer:
         metrics["perf/rollout_tokens_per_s"] = float(result.stats.get("tokens_per_s", 0.0))
         metrics["perf/num_trained_samples"] = float(len(kept))
         metrics["actor/lr"] = self.actor_sched.get_last_lr()[0]
+        return metrics
+
+    def _reuse_step(self, step: int) -> dict[str, float]:
+        """Step ``step`` without a rollout (``trainer.rollout_reuse``): one more update on
+        the kept samples of the last fresh rollout, with its advantages and behaviour
+        log-probs, so the data is ``rollout/reuse_age`` updates stale. No rollout, filter
+        or reasoning metrics are logged for such a step."""
+        batch, fresh = self._reused
+        self.signals.abandonable = False  # the update changes weights: it finishes
+        tic = time.perf_counter()
+        updater = self.scale.updater if self.scale is not None else None
+        try:
+            metrics = dict((updater or self).update(batch, step))
+        except NonFiniteUpdate as err:
+            raise self._nonfinite_error(step, batch, str(err), {}) from None
+        self._step_trained = True
+        self.actor_sched.step()
+        if self.critic_sched is not None:
+            self.critic_sched.step()
+        update_s = time.perf_counter() - tic
+        metrics.update(
+            {
+                "rollout/reuse_age": float(step - fresh),
+                "timing/update": update_s,
+                "timing/step": update_s,
+                "perf/num_trained_samples": float(batch.size),
+                "actor/lr": self.actor_sched.get_last_lr()[0],
+            }
+        )
         return metrics
 
     def _log_trajectories(self, step, trajectories, keep, kept=(), batch=None) -> None:

@@ -8,8 +8,9 @@
   a rollback abandoned drawn faded.
 * :func:`collapse_section`: each echo-trap signal's diagnostic against its threshold
   (from the run's ``trainer.collapse``) and its neutral level; the reasoning's mutual
-  information against its ``log n`` bound and 0 (no dependence on the prompt); the
-  retrieval accuracy against chance (1/n); the learning rate.
+  information (per thought and per token) against its bound H(prompts) and 0 (no
+  dependence on the prompt); the retrieval accuracy against chance (1/K); the
+  learning rate.
 * :func:`validation_section`, :func:`reasoning_section`, :func:`steps_section`.
 """
 
@@ -44,6 +45,7 @@ CURVES: list[tuple[str, list[str]]] = [
 #: reasoning/* keys the collapse section draws (the others are curves)
 _COLLAPSE_REASONING = (
     "reasoning/mutual_info",
+    "reasoning/mutual_info_token",
     "reasoning/mutual_info_max",
     "reasoning/retrieval_acc",
 )
@@ -217,11 +219,12 @@ def collapse_section(run: Run) -> str:
         )
     mi = charts.series(run.metrics, "reasoning/mutual_info")
     if mi:
-        lines = lines_for(run, ["reasoning/mutual_info"])
+        lines = lines_for(run, ["reasoning/mutual_info", "reasoning/mutual_info_token"])
         bound = charts.series(run.metrics, "reasoning/mutual_info_max")
         if bound:
+            # H of the batch's prompt mix (log K for K equal groups): no estimate passes it
             lines.append(
-                Line("log n bound", bound, "reasoning/mutual_info_max", "bound", "#2a9d4b")
+                Line("H(prompts) bound", bound, "reasoning/mutual_info_max", "bound", "#2a9d4b")
             )
         panels.append(
             charts.panel(
