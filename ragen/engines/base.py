@@ -25,6 +25,9 @@ class SamplingParams:
     max_new_tokens: int = 128
     stop_strings: list[str] = field(default_factory=lambda: ["</answer>"])
     seed: int | None = None  # seeds a torch.Generator per call: same seed -> same samples
+    # one seed per prompt (overrides ``seed``): row i draws from its own stream, so it
+    # samples the same ids in any batch, alone or on any rollout worker (engines/draws.py)
+    row_seeds: list[int] | None = None
 
 
 @dataclass

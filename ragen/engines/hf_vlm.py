@@ -26,6 +26,7 @@ and these tiny models run a handful of turns.
 from __future__ import annotations
 
 from .base import Generation, SamplingParams
+from .draws import Draws
 from .hf import (
     GenerationStats,
     accepts_logits_to_keep,
@@ -124,9 +125,7 @@ class HFVLMEngine:
         positions = positions_for(self.model, input_ids, attention, vision)
         next_position = next_positions(positions)
 
-        generator = None
-        if params.seed is not None:
-            generator = torch.Generator(device=device).manual_seed(int(params.seed))
+        draws = Draws(params, batch, device)  # the call's generator, or a stream per row
         stops = list(params.stop_strings or [])
         window = 4 * max((len(s) for s in stops), default=0) + 2
         eos = set(self.eos_token_ids)
@@ -143,7 +142,8 @@ class HFVLMEngine:
         alive = [True] * batch
         for step in range(max_new):
             logits = out.logits[:, -1, :].float()
-            ids, logps = _sample_without_images(logits, params, generator, self.image_token_id)
+            uniform = draws.uniform(range(batch), step)
+            ids, logps = _sample_without_images(logits, params, uniform, self.image_token_id)
             ids_list, logp_list = ids.tolist(), logps.tolist()
             for row in range(batch):
                 if not alive[row]:
@@ -179,7 +179,7 @@ class HFVLMEngine:
         return finished_generations(self.tokenizer, token_ids, logprobs, reasons)
 
 
-def _sample_without_images(logits, params: SamplingParams, generator, image_id: int):
+def _sample_without_images(logits, params: SamplingParams, uniform, image_id: int):
     """``sample_next_token`` that never draws ``image_id``; logp of the unmasked logits."""
     import torch
 
@@ -187,7 +187,9 @@ def _sample_without_images(logits, params: SamplingParams, generator, image_id: 
     logp_all = torch.log_softmax(logits / scale, dim=-1)
     masked = logits.clone()
     masked[:, image_id] = float("-inf")
-    ids, _ = sample_next_token(masked, params.temperature, params.top_p, params.top_k, generator)
+    ids, _ = sample_next_token(
+        masked, params.temperature, params.top_p, params.top_k, uniform=uniform
+    )
     return ids, logp_all.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
 
 

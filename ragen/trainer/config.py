@@ -272,12 +272,16 @@ class TrainerSection:
     bf16_cpu: bool = False
     # scale-out (ragen.distributed, docs/SCALING.md; needs `pip install ragen[scale]`):
     # 0: rollouts in this process; N: N Ray actors, each playing a shard of the groups
-    # (sampling seeded per group, so any N >= 1 gives the same trajectories)
+    # (sampling seeded per episode, so 0, 1 or N workers give the same trajectories)
     rollout_workers: int = 0
-    # groups a rollout worker plays in one batch (one generate call per turn); the unit
-    # of sampling seeds and of work, so it fixes the samples: keep it to reproduce a run
-    worker_batch_groups: int = 4
+    # at most this many groups in one generate batch on a worker (0: its whole shard);
+    # bounds a worker's KV-cache memory, does not change the samples
+    worker_batch_groups: int = 0
     train_ranks: int = 1  # > 1: the actor/critic update data-parallel on torch.distributed
+    # with train_ranks > 1: replicate (every rank a full copy of weights, gradients and
+    # optimizer state) | fsdp (FSDP2: all three sharded over the ranks per decoder layer;
+    # needs rollout_workers >= 1, which hold the whole weights for generation)
+    train_sharding: str = "replicate"
     ray_address: str | None = None  # null: $RAY_ADDRESS when set, else a local Ray instance
     worker_cpus: float = 1.0  # Ray CPUs reserved per rollout worker / training rank
     worker_gpus: float | None = None  # Ray GPUs per worker/rank; null: 1 on CUDA, else 0
@@ -576,20 +580,23 @@ def _check_ranges(cfg: TrainConfig) -> None:
     if t.rollout_workers < 0:
         _fail("trainer.rollout_workers", f"must be >= 0, got {t.rollout_workers}",
               "0 plays rollouts in this process; N >= 1 uses N Ray actors")  # fmt: skip
-    if t.worker_batch_groups < 1:
-        _fail("trainer.worker_batch_groups", f"must be >= 1, got {t.worker_batch_groups}",
-              "e.g. 4 (groups per generate batch on a rollout worker)")  # fmt: skip
-    units = -(-cfg.rollout.env_groups // max(t.worker_batch_groups, 1))
-    if t.rollout_workers > units:
-        most = max(cfg.rollout.env_groups // t.rollout_workers, 1)
-        _fail("trainer.rollout_workers",
-              f"{t.rollout_workers} workers for {units} sampling unit(s) (rollout.env_groups="
-              f"{cfg.rollout.env_groups} in units of trainer.worker_batch_groups="
-              f"{t.worker_batch_groups}): {t.rollout_workers - units} would stay idle",
-              f"trainer.worker_batch_groups={most}, or fewer workers")  # fmt: skip
+    if t.worker_batch_groups < 0:
+        _fail("trainer.worker_batch_groups", f"must be >= 0, got {t.worker_batch_groups}",
+              "0 plays a worker's whole shard in one batch; e.g. 4 caps it at 4 groups")  # fmt: skip
     if t.train_ranks < 1:
         _fail("trainer.train_ranks", f"must be >= 1, got {t.train_ranks}",
               "1 updates in this process; M >= 2 updates data-parallel on M ranks")  # fmt: skip
+    from ragen.distributed.sharding import TRAIN_SHARDINGS
+
+    if t.train_sharding not in TRAIN_SHARDINGS:
+        _fail("trainer.train_sharding", f"unknown value {t.train_sharding!r}",
+              f"one of {', '.join(TRAIN_SHARDINGS)}")  # fmt: skip
+    if t.train_sharding == "fsdp" and t.train_ranks > 1 and t.rollout_workers < 1:
+        _fail("trainer.train_sharding",
+              "fsdp keeps no whole copy of the weights in the trainer, so it cannot generate "
+              "rollouts in this process (trainer.rollout_workers=0)",
+              "trainer.rollout_workers=1 or more (the workers hold the whole weights), or "
+              "trainer.train_sharding=replicate")  # fmt: skip
     if t.rollout_workers > 0 or t.train_ranks > 1:
         from ragen.distributed.ray_setup import INSTALL_HINT, ray_installed
 
