@@ -122,10 +122,22 @@ def position_ids_from_mask(attention_mask):
     return positions.clamp_(min=0)
 
 
+def runs_whole(model) -> bool:
+    """Whether ``model`` must run its own (root) forward only: an FSDP-sharded model
+    (``ragen.distributed.fsdp``) gathers its root's weights in that forward's hooks, so
+    calling its backbone or head directly would meet sharded weights."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
 def split_head(model):
     """``(backbone, lm_head)`` when logits == ``lm_head(backbone(...).last_hidden_state)``,
     else ``None``. Sees through a PEFT wrapper (LoRA layers live inside the backbone, so
-    adapters, and ``disable_adapter()``, still apply)."""
+    adapters, and ``disable_adapter()``, still apply). None for a sharded model
+    (:func:`runs_whole`), which takes the full forward with the same result."""
+    if runs_whole(model):
+        return None
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     config = getattr(base, "config", None)
     if getattr(config, "model_type", None) not in PLAIN_HEAD_MODEL_TYPES:

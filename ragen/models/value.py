@@ -184,7 +184,7 @@ def critic_values(critic, input_ids, attention_mask=None, positions=None, **mode
     """
     import torch
 
-    from .logprobs import backbone_hidden, shared_prefix_columns
+    from .logprobs import backbone_hidden, runs_whole, shared_prefix_columns
 
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
@@ -196,7 +196,8 @@ def critic_values(critic, input_ids, attention_mask=None, positions=None, **mode
     drop = getattr(critic, "dropout", None)  # the head's dropout, which the split would skip
     head_drops = critic.training and isinstance(drop, torch.nn.Dropout) and drop.p > 0
     shared = 0
-    if positions is not None and backbone is not None and head is not None and not head_drops:
+    split = backbone is not None and head is not None and not runs_whole(critic)
+    if positions is not None and split and not head_drops:
         # every row's last column stays outside the prefix (its value bootstraps)
         last = int(attention_mask.sum(-1).min()) - 1
         shared = shared_prefix_columns(backbone, input_ids, attention_mask, positions, last)
