@@ -322,7 +322,9 @@ class RolloutWorkerPool:
         merged = _merge([results[w] for w in sorted(results)], time.perf_counter() - tic)
         merged.stats["scale/weight_sync_s"] = sync_s
         merged.stats["scale/worker_restarts"] = float(restarts)
-        merged.stats["scale/busy_workers"] = float(sum(1 for shard in shards if shard))
+        busy = [w for w, shard in enumerate(shards) if shard]
+        merged.stats["scale/busy_workers"] = float(len(busy))
+        merged.stats["scale/worker_nodes"] = float(len({self.nodes[w] for w in busy}))
         return merged
 
     def _submit(self, w: int, spec: EnvSpec, config: RolloutConfig, groups, seeds):
