@@ -24,14 +24,14 @@ def sharded(local_ray, tiny_model_dir, tmp_path_factory):
     """One-process references for every case, computed first; then the same trainer
     sharded over 2 ranks (its models become FSDP2 modules in place).
 
-    Sharded models run their whole forward (the full LM head, no shared prefix:
-    ``ragen.models.logprobs.runs_whole``); the references take the same path, so that
-    what differs is the distribution alone. (The fused head equals the full one within
-    float rounding, ``tests/test_models_head_logprobs.py``, but AdamW turns rounding
-    noise in near-zero gradients into lr-sized steps, which the next minibatch's
-    gradients would show.)"""
+    Sharded models never run a prompt prefix shared by all rows once (its length
+    differs between the ranks' rows, ``ragen.distributed.fsdp``); the references do
+    not either, so that what differs is the distribution alone. (The shared prefix
+    equals the full forward within float rounding, ``tests/test_models_logprobs.py``,
+    but AdamW turns rounding noise in near-zero gradients into lr-sized steps, which
+    the next minibatch's gradients would show.)"""
     patch = pytest.MonkeyPatch()
-    patch.setattr(logprobs, "runs_whole", lambda model: True)
+    patch.setattr(logprobs, "shared_prefix_columns", lambda *args, **kwargs: 0)
     run = tmp_path_factory.mktemp("fsdp") / "run"
     trainer = StarPOTrainer(update_config(tiny_model_dir, run, "trainer.train_sharding=fsdp"))
     batch = prepared(trainer)

@@ -97,10 +97,11 @@ def test_workers_and_ranks_train_save_and_resume_onto_fewer(
     assert any(not torch.equal(first[k], _weights(last, "actor")[k]) for k in first)
 
 
-# Sharded ranks take the whole LM head in their forward where one process takes the fused
-# one (ragen.models.logprobs.runs_whole): the same numbers within float rounding, which
-# AdamW (lr 1e-3 here) turns into weight differences of ~1e-5 after a step (measured:
-# 1.2e-5 for the actor). A scale or sharding error moves weights by ~1e-3.
+# Sharded ranks never run a prompt prefix shared by all rows once (ragen.distributed.fsdp),
+# one process does: the same numbers within float rounding, summed in another order,
+# which AdamW (lr 1e-3 here) turns into weight differences of ~1e-5 after a step
+# (measured: 5.9e-6 for the actor, 1.6e-6 for the critic). A scale or sharding error
+# moves weights by ~1e-3.
 SHARDED_ATOL = 5e-5
 
 

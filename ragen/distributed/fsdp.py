@@ -16,9 +16,11 @@ divide factor of 1 with sum-only reductions, which gloo and NCCL both run).
 
 A rank's collectives must pair with every other rank's, so all ranks run the same
 sequence of sharded forwards and backwards (``data_parallel`` pads the micro-batch
-counts) and only the root's forward: the LM head split of
-``ragen.models.logprobs`` and the critic's shared prefix call submodules directly and
-are turned off for sharded models (:func:`ragen.models.logprobs.runs_whole`).
+counts), through the root's own methods only (:func:`ragen.models.logprobs.runs_whole`):
+its forward, or the split LM head of ``ragen.models.logprobs`` registered as a second
+forward method (:func:`add_split_method`: the log-probs of the wanted tokens without
+whole-vocabulary logits, as in one process). A prompt prefix shared by all rows is not
+run once here (its length differs between the ranks' rows), nor in the critic.
 
 Checkpoints stay what one process writes (plain HF folders, one-process optimizer
 state), so a run resumes onto any rank count: :func:`gather_state` collects the whole
@@ -73,10 +75,38 @@ def shard_model(model: torch.nn.Module, mesh: Any) -> None:
     # .float()), so the warning would be noise in every step's log.
     warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
 
+    split = split_head(model)  # found before sharding changes the model's class
     for unit in layer_units(model):
         fully_shard(unit, mesh=mesh)
     fully_shard(model, mesh=mesh)
     sum_gradients(model)
+    if split is not None:
+        add_split_method(model, *split)
+
+
+def split_head(model: torch.nn.Module):
+    from ragen.models.logprobs import split_head as split
+
+    return split(model)
+
+
+def add_split_method(model: torch.nn.Module, backbone, head) -> None:
+    """Give a sharded causal LM the split LM head of ``ragen.models.logprobs`` (the head
+    and its softmax on the wanted positions only, in row chunks: no ``(B, T, V)``
+    logits) as a method FSDP treats as a forward: the root's weights (embeddings, final
+    norm, head) are gathered around it, the layers' by their own hooks, and the
+    gradients reduced after its backward (``register_fsdp_forward_method``)."""
+    import types
+
+    from torch.distributed.fsdp import register_fsdp_forward_method
+
+    from ragen.models.logprobs import SHARDED_SPLIT, split_logprobs
+
+    def method(self, *args):
+        return split_logprobs(backbone, head, *args)
+
+    setattr(model, SHARDED_SPLIT, types.MethodType(method, model))
+    register_fsdp_forward_method(model, SHARDED_SPLIT)
 
 
 def sum_gradients(model: torch.nn.Module, divide_by: float = 1.0) -> None:
