@@ -12,7 +12,6 @@ ray = pytest.importorskip("ray")
 
 from ragen.distributed import fsdp  # noqa: E402
 from ragen.distributed.data_parallel import DataParallelUpdater  # noqa: E402
-from ragen.models import logprobs  # noqa: E402
 from ragen.trainer.starpo import StarPOTrainer  # noqa: E402
 
 CASES = [("token-mean", 2), ("seq-mean-token-sum-norm", 2), ("seq-mean-token-mean", 3)]
@@ -22,16 +21,9 @@ FIELDS = ("old_log_prob", "ref_log_prob", "values", "final_values")
 @pytest.fixture(scope="module")
 def sharded(local_ray, tiny_model_dir, tmp_path_factory):
     """One-process references for every case, computed first; then the same trainer
-    sharded over 2 ranks (its models become FSDP2 modules in place).
-
-    Sharded models never run a prompt prefix shared by all rows once (its length
-    differs between the ranks' rows, ``ragen.distributed.fsdp``); the references do
-    not either, so that what differs is the distribution alone. (The shared prefix
-    equals the full forward within float rounding, ``tests/test_models_logprobs.py``,
-    but AdamW turns rounding noise in near-zero gradients into lr-sized steps, which
-    the next minibatch's gradients would show.)"""
-    patch = pytest.MonkeyPatch()
-    patch.setattr(logprobs, "shared_prefix_columns", lambda *args, **kwargs: 0)
+    sharded over 2 ranks (its models become FSDP2 modules in place). One row per
+    micro-batch (``update_config``): no prompt prefix is shared, so both sides compute
+    the same sums and what differs is the distribution alone."""
     run = tmp_path_factory.mktemp("fsdp") / "run"
     trainer = StarPOTrainer(update_config(tiny_model_dir, run, "trainer.train_sharding=fsdp"))
     batch = prepared(trainer)
@@ -46,7 +38,6 @@ def sharded(local_ray, tiny_model_dir, tmp_path_factory):
             metrics = trainer.update(batch, 0)
         references[mode, minibatch] = (metrics, grads, state_of(trainer))
     restore(trainer.actor, trainer.critic, trainer._optimizers(), start)
-    patch.undo()
     whole_before = sum(p.numel() * p.element_size() for p in trainer.actor.parameters())
     updater = DataParallelUpdater(
         local_ray, trainer, 2, {"num_cpus": 1.0, "num_gpus": 0.0}, sharded=True

@@ -97,10 +97,10 @@ def test_workers_and_ranks_train_save_and_resume_onto_fewer(
     assert any(not torch.equal(first[k], _weights(last, "actor")[k]) for k in first)
 
 
-# Sharded ranks never run a prompt prefix shared by all rows once (ragen.distributed.fsdp),
-# one process does: the same numbers within float rounding, summed in another order,
-# which AdamW (lr 1e-3 here) turns into weight differences of ~1e-5 after a step
-# (measured: 5.9e-6 for the actor, 1.6e-6 for the critic). A scale or sharding error
+# Sharded ranks run a prompt prefix shared by their micro-batch's rows once, as one process
+# does, but the ranks agree on the shortest (ragen.distributed.fsdp.agreed_prefix): the
+# same numbers within float rounding, summed in another order, which AdamW (lr 1e-3
+# here) turns into weight differences of ~1e-5 after a step. A scale or sharding error
 # moves weights by ~1e-3.
 SHARDED_ATOL = 5e-5
 

@@ -17,10 +17,11 @@ divide factor of 1 with sum-only reductions, which gloo and NCCL both run).
 A rank's collectives must pair with every other rank's, so all ranks run the same
 sequence of sharded forwards and backwards (``data_parallel`` pads the micro-batch
 counts), through the root's own methods only (:func:`ragen.models.logprobs.runs_whole`):
-its forward, or the split LM head of ``ragen.models.logprobs`` registered as a second
-forward method (:func:`add_split_method`: the log-probs of the wanted tokens without
-whole-vocabulary logits, as in one process). A prompt prefix shared by all rows is not
-run once here (its length differs between the ranks' rows), nor in the critic.
+its forward, or the split LM head of ``ragen.models.logprobs`` / the critic's split
+values registered as second forward methods (:func:`add_split_method`,
+:func:`add_values_method`: the log-probs of the wanted tokens without whole-vocabulary
+logits, and, when scoring, a prompt prefix all rows share run once, as in one process;
+the ranks agree on the prefix length, :func:`agreed_prefix`).
 
 Checkpoints stay what one process writes (plain HF folders, one-process optimizer
 state), so a run resumes onto any rank count: :func:`gather_state` collects the whole
@@ -82,6 +83,8 @@ def shard_model(model: torch.nn.Module, mesh: Any) -> None:
     sum_gradients(model)
     if split is not None:
         add_split_method(model, *split)
+    else:
+        add_values_method(model)
 
 
 def split_head(model: torch.nn.Module):
@@ -90,23 +93,78 @@ def split_head(model: torch.nn.Module):
     return split(model)
 
 
+def agreed_prefix(shared: int) -> int:
+    """The shared-prefix length every rank runs: the smallest any rank found (0 when one
+    found none). A rank's micro-batch holds other rows than another's, so each finds its
+    own; running the prefix once is one more backbone call, which every rank must make
+    alike. Collective.
+
+    Only without gradients (scoring): FSDP2 frees a layer's gathered weights after each
+    call, and the backward through the prefix's K/V, a second use of the layers in one
+    forward, would meet them freed; in the update a shard computes the prefix per row."""
+    if torch.is_grad_enabled():
+        shared = 0
+    device = "cpu"
+    if dist.get_backend() == "nccl":
+        device = torch.device("cuda", torch.cuda.current_device())
+    t = torch.tensor([int(shared)], dtype=torch.long, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return int(t.item())
+
+
 def add_split_method(model: torch.nn.Module, backbone, head) -> None:
     """Give a sharded causal LM the split LM head of ``ragen.models.logprobs`` (the head
     and its softmax on the wanted positions only, in row chunks: no ``(B, T, V)``
-    logits) as a method FSDP treats as a forward: the root's weights (embeddings, final
-    norm, head) are gathered around it, the layers' by their own hooks, and the
-    gradients reduced after its backward (``register_fsdp_forward_method``)."""
+    logits; a prompt prefix all rows share run once) as a method FSDP treats as a
+    forward: the root's weights (embeddings, final norm, head) are gathered around it,
+    the layers' by their own hooks, and the gradients reduced after its backward
+    (``register_fsdp_forward_method``)."""
     import types
 
     from torch.distributed.fsdp import register_fsdp_forward_method
 
-    from ragen.models.logprobs import SHARDED_SPLIT, split_logprobs
+    from ragen.models.logprobs import SHARDED_SPLIT, shared_prefix_columns, split_logprobs
 
-    def method(self, *args):
-        return split_logprobs(backbone, head, *args)
+    def method(self, input_ids, attention_mask, position_ids, positions, scale, entropy, share):
+        shared = shared_prefix_columns(backbone, input_ids, attention_mask, positions)
+        shared = agreed_prefix(shared if share else 0)
+        return split_logprobs(
+            backbone, head, input_ids, attention_mask, position_ids, positions, scale,
+            entropy, shared,
+        )  # fmt: skip
 
     setattr(model, SHARDED_SPLIT, types.MethodType(method, model))
     register_fsdp_forward_method(model, SHARDED_SPLIT)
+
+
+def add_values_method(critic: torch.nn.Module) -> bool:
+    """The same for a sharded critic: its values from the backbone and the value head
+    (a prompt prefix all rows share run once), as an FSDP forward method. Not for a head
+    with dropout (the critic's own forward applies it). Returns whether it was added."""
+    import types
+
+    from torch.distributed.fsdp import register_fsdp_forward_method
+
+    from ragen.models.logprobs import position_ids_from_mask, shared_prefix_columns
+    from ragen.models.value import SHARDED_VALUES, split_values
+
+    backbone, head = getattr(critic, "model", None), getattr(critic, "score", None)
+    drop = getattr(critic, "dropout", None)
+    if backbone is None or head is None or (isinstance(drop, torch.nn.Dropout) and drop.p > 0):
+        return False
+
+    def method(self, input_ids, attention_mask, positions):
+        shared = 0
+        if positions is not None:  # every row's last column stays outside (it bootstraps)
+            last = int(attention_mask.sum(-1).min()) - 1
+            shared = shared_prefix_columns(backbone, input_ids, attention_mask, positions, last)
+        position_ids = position_ids_from_mask(attention_mask)
+        shared = agreed_prefix(shared)
+        return split_values(backbone, head, input_ids, attention_mask, position_ids, shared)
+
+    setattr(critic, SHARDED_VALUES, types.MethodType(method, critic))
+    register_fsdp_forward_method(critic, SHARDED_VALUES)
+    return True
 
 
 def sum_gradients(model: torch.nn.Module, divide_by: float = 1.0) -> None:

@@ -1,8 +1,14 @@
 """Import and connect to Ray: the one place that knows where the cluster is.
 
 ``trainer.ray_address`` (or ``$RAY_ADDRESS``) joins an existing cluster; without either a
-local Ray instance starts in this process. A Ray that is already initialized (a test's
-shared instance, a notebook) is used as it is.
+local Ray instance starts in this process. A Ray that is already initialized (an
+earlier trainer's in this process, a test's shared instance, a notebook) is used as it
+is: Ray starts once per process.
+
+Joining by address handles Ray's token authentication as Ray documents it
+(:func:`token_auth_for_join`), and a join that fails says why (:func:`join`): nothing
+listening at the address (checked first: Ray itself would wait minutes), or the cluster
+refusing this process's authentication.
 """
 
 from __future__ import annotations

@@ -194,10 +194,10 @@ def sequence_logprobs(
     sharded_split = getattr(model, SHARDED_SPLIT, None) if runs_whole(model) else None
     split = split_head(model) if wanted_only else None
     if wanted_only and sharded_split is not None:
-        # FSDP gathers the root's weights around this call; no shared prefix, whose
-        # length depends on the rows (ranks must make the same sharded calls)
+        # FSDP gathers the root's weights around this call (and the ranks agree on the
+        # shared prefix inside it: they must make the same sharded calls)
         log_prob, entropy = sharded_split(
-            input_ids, attention_mask, position_ids, positions, scale, with_entropy, 0
+            input_ids, attention_mask, position_ids, positions, scale, with_entropy, share_prefix
         )
     elif split is None:
         logits = model(

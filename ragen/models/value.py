@@ -184,13 +184,16 @@ def critic_values(critic, input_ids, attention_mask=None, positions=None, **mode
     """
     import torch
 
-    from .logprobs import backbone_hidden, runs_whole, shared_prefix_columns
+    from .logprobs import runs_whole, shared_prefix_columns
 
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
     if model_inputs:
         out = critic(input_ids=input_ids, attention_mask=attention_mask, **model_inputs)
         return out.logits[..., 0].float()
+    sharded = getattr(critic, SHARDED_VALUES, None) if runs_whole(critic) else None
+    if sharded is not None:  # FSDP gathers the root's weights around this call
+        return sharded(input_ids, attention_mask, positions)
     position_ids = position_ids_from_mask(attention_mask)
     backbone, head = getattr(critic, "model", None), getattr(critic, "score", None)
     drop = getattr(critic, "dropout", None)  # the head's dropout, which the split would skip
@@ -209,6 +212,20 @@ def critic_values(critic, input_ids, attention_mask=None, positions=None, **mode
             use_cache=False,
         )
         return out.logits.squeeze(-1).float()
+    return split_values(backbone, head, input_ids, attention_mask, position_ids, shared)
+
+
+#: the method a sharded critic gets for its values (``ragen.distributed.fsdp``)
+SHARDED_VALUES = "ragen_values"
+
+
+def split_values(backbone, head, input_ids, attention_mask, position_ids, shared: int):
+    """``(B, T)`` values from the backbone (its first ``shared`` columns run once, their
+    values 0) and the value head: the critic's forward without head dropout."""
+    import torch
+
+    from .logprobs import backbone_hidden
+
     hidden = backbone_hidden(backbone, input_ids, attention_mask, position_ids, shared)
     values = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
     values[:, shared:] = head(hidden)[..., 0].float()
