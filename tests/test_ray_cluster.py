@@ -189,6 +189,7 @@ def test_join_refused_without_the_token_names_authentication(cluster):
         f"try:\n    connect({address!r})\nexcept ConfigError as e:\n    print('ERROR', e)\n"
     )
     child_env = {**env, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": os.getcwd()}
+    child_env["RAY_gcs_rpc_server_connect_timeout_s"] = "3"  # Ray's retries: 20 s by default
     child_env.pop("RAY_AUTH_TOKEN")
     out = subprocess.run(
         [sys.executable, "-c", code], env=child_env, capture_output=True, text=True, timeout=180
