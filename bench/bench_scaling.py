@@ -15,10 +15,10 @@ neighbour's load hits all of them alike; the table gives medians and the ratios 
 medians. Rows:
 
 * ``rollout in-process`` -- ``trainer.rollout_workers=0``: one generate call per turn
-  for all 64 episodes (today's path, one thread);
-* ``rollout units, in-process`` -- the workers' seeding by sampling units of
-  ``--batch-groups`` groups (``ragen.distributed.rollout_workers.rollout_units``) in
-  this process: the cost of smaller generate batches, without Ray;
+  for all 64 episodes (one thread);
+* ``rollout in batches, in-process`` -- the same episodes in generate batches of
+  ``--batch-groups`` groups (``ragen.distributed.rollout_workers.rollout_groups``; the
+  same samples, sampling is seeded per episode): the cost of smaller batches, no Ray;
 * ``rollout 1 worker`` / ``2 workers`` -- ``RolloutWorkerPool`` (one thread each);
 * ``weight sync`` -- pushing the changed weights to the 2 workers (what happens after
   every update), and its size;
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--groups", type=int, default=None, help="env groups (default: the demo's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
-        "--batch-groups", type=int, default=4, help="trainer.worker_batch_groups (default 4)"
+        "--batch-groups", type=int, default=4, help="groups per batch of the batched row (4)"
     )
     args = p.parse_args(argv)
 
@@ -88,10 +88,9 @@ def main(argv: list[str] | None = None) -> None:
     from ragen.distributed.rollout_workers import (
         EnvSpec,
         RolloutWorkerPool,
-        rollout_units,
-        sampling_units,
+        rollout_groups,
+        shard_manager,
         state_to_push,
-        units_manager,
     )
     from ragen.envs.base import derive_seed
     from ragen.trainer.config import load_config
@@ -119,31 +118,31 @@ def main(argv: list[str] | None = None) -> None:
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     resources = {"num_cpus": 1.0, "num_gpus": 0.0}
     pools = {
-        n: RolloutWorkerPool(
-            ray, n, trainer.model_path, None, "cpu", trainer.dtype, resources, args.batch_groups
-        )
+        n: RolloutWorkerPool(ray, n, trainer.model_path, None, "cpu", trainer.dtype, resources)
         for n in (1, 2)
     }
     seeds = trainer.train_envs.seeds_for_step(0)
     rcfg = dataclasses.replace(cfg.rollout, seed=derive_seed(args.seed, "rollout", 0))
     spec = EnvSpec.of(trainer.train_envs)
-    units = sampling_units(groups, args.batch_groups)
     managers = {}
 
     def manager_for(n):
         if n not in managers:
-            managers[n] = units_manager(spec, n)
+            managers[n] = shard_manager(spec, n)
         return managers[n]
 
     def in_process():
         return run_rollout(trainer.policy, trainer.train_envs, rcfg, seeds)
 
     def groups_in_process():
-        return rollout_units(trainer.policy, manager_for, rcfg, units, seeds)
+        everything = list(range(groups))
+        return rollout_groups(
+            trainer.policy, manager_for, rcfg, everything, seeds, args.batch_groups
+        )
 
     rollouts = {
         "rollout in-process": in_process,
-        "rollout units, in-process": groups_in_process,
+        "rollout in batches, in-process": groups_in_process,
         "rollout 1 worker": lambda: pools[1].collect(
             trainer.actor, trainer.train_envs, rcfg, seeds
         ),
@@ -187,8 +186,7 @@ def main(argv: list[str] | None = None) -> None:
     # the update: one batch from the in-process rollout, 1 rank vs 2 ranks
     kept = [t for t in result.trajectories if t.num_response_tokens > 0]
     batch = trainer.prepare_batch(kept)
-    trainer.compute_old_log_probs(batch, {})
-    trainer.compute_values(batch)
+    trainer.score_batch(batch, {})
     trainer.compute_advantages(batch, {})
     start = copy.deepcopy(
         [trainer.actor.state_dict(), trainer.critic.state_dict(),
@@ -254,8 +252,8 @@ def main(argv: list[str] | None = None) -> None:
         f"{med['rollout in-process'] / med['rollout 2 workers']:.2f}x"
     )
     print(
-        "  sampling units vs one batch, in-process: "
-        f"{med['rollout units, in-process'] / med['rollout in-process']:.2f}x the time"
+        f"  batches of {args.batch_groups} groups vs one batch, in-process: "
+        f"{med['rollout in batches, in-process'] / med['rollout in-process']:.2f}x the time"
     )
     print(
         "  weight sync per step / 2-worker rollout: "

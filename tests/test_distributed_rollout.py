@@ -1,7 +1,9 @@
-"""Rollout workers on Ray: the same trajectories as one process (sampling seeded by the
-group, never the worker), weights pushed when they change, and a killed worker replaced
-with its groups played again to the same result."""
+"""Rollout workers on Ray: the same trajectories as one process (sampling seeded per
+episode, never by the worker or the batch), any worker count for any number of groups,
+weights pushed when they change, and a killed worker replaced with its groups played
+again to the same result."""
 
+import dataclasses
 import os
 import signal
 import sys
@@ -13,14 +15,14 @@ ray = pytest.importorskip("ray")
 
 from ragen.agent.env_manager import EnvStateManager  # noqa: E402
 from ragen.agent.policies import ModelPolicy  # noqa: E402
-from ragen.agent.rollout import RolloutConfig  # noqa: E402
+from ragen.agent.rollout import RolloutConfig, run_rollout  # noqa: E402
 from ragen.distributed.ray_setup import import_ray  # noqa: E402
 from ragen.distributed.rollout_workers import (  # noqa: E402
     EnvSpec,
     RolloutWorkerPool,
-    rollout_units,
-    sampling_units,
-    units_manager,
+    batches_of,
+    rollout_groups,
+    shard_manager,
 )
 from ragen.distributed.sharding import shard_groups, split_rows  # noqa: E402
 from ragen.engines.hf import HFEngine  # noqa: E402
@@ -28,7 +30,6 @@ from ragen.errors import ConfigError  # noqa: E402
 from ragen.models import load_policy  # noqa: E402
 from ragen.trainer.config import load_config  # noqa: E402
 
-BATCH_GROUPS = 2  # sampling units [0, 1] and [2]: one per worker, uneven
 CFG = RolloutConfig(
     env_groups=3,
     group_size=2,
@@ -56,26 +57,27 @@ def pool(local_ray, tiny_model_dir):
         device="cpu",
         dtype=torch.float32,
         resources={"num_cpus": 1.0, "num_gpus": 0.0},
-        batch_groups=BATCH_GROUPS,
     )
     yield workers
     workers.close()
 
 
-def _manager():
-    return EnvStateManager("sokoban", {}, env_groups=CFG.env_groups, group_size=CFG.group_size)
+def _manager(groups=CFG.env_groups, size=CFG.group_size):
+    return EnvStateManager("sokoban", {}, env_groups=groups, group_size=size)
 
 
-def _one_process(model, seeds):
+def _policy(model):
     policy_model, tokenizer = model
-    policy = ModelPolicy(HFEngine(policy_model, tokenizer), tokenizer)
-    spec = EnvSpec.of(_manager())
-    units = sampling_units(len(seeds), BATCH_GROUPS)
-    return rollout_units(policy, lambda n: units_manager(spec, n), CFG, units, seeds)
+    return ModelPolicy(HFEngine(policy_model, tokenizer), tokenizer)
 
 
-def _same(a, b):
-    assert len(a.trajectories) == len(b.trajectories) == CFG.env_groups * CFG.group_size
+def _one_process(model, seeds, manager=None):
+    """``trainer.rollout_workers=0``: every episode in one batched rollout."""
+    return run_rollout(_policy(model), manager or _manager(), CFG, seeds)
+
+
+def _same(a, b, n=CFG.env_groups * CFG.group_size):
+    assert len(a.trajectories) == len(b.trajectories) == n
     for x, y in zip(a.trajectories, b.trajectories):
         assert (x.group_id, x.episode_id, x.seed) == (y.group_id, y.episode_id, y.seed)
         assert x.input_ids == y.input_ids
@@ -85,19 +87,38 @@ def _same(a, b):
         assert x.gen_logprobs == pytest.approx(y.gen_logprobs, abs=1e-5)
 
 
-def test_units_shards_and_row_splits_cover_everything_once():
-    assert sampling_units(5, 2) == [[0, 1], [2, 3], [4]]
+def test_shards_batches_and_row_splits_cover_everything_once():
     assert shard_groups(3, 2) == [[0, 1], [2]]
     assert shard_groups(1, 3) == [[0], [], []]
+    assert batches_of([3, 4, 5, 6, 7], 2) == [[3, 4], [5, 6], [7]]
+    assert batches_of([3, 4, 5], 0) == [[3, 4, 5]]  # 0: no cap
     lengths = [5, 9, 2, 7, 7]
     parts = split_rows([4, 0, 3, 1], lengths, 2)
     assert sorted(r for p in parts for r in p) == [0, 1, 3, 4]
     assert parts == [[0, 1], [4, 3]]  # longest first to the lighter rank: 9+5 | 7+7
 
 
+def test_a_shard_samples_what_the_whole_batch_samples(model):
+    """Per-episode sampling seeds: groups played one at a time (capped batches) or as
+    the shard of groups [1, 2] give the episodes of the one-batch rollout."""
+    seeds = _manager().seeds_for_step(3)
+    whole = _one_process(model, seeds)
+    spec = EnvSpec.of(_manager())
+    one_at_a_time = rollout_groups(
+        _policy(model), lambda n: shard_manager(spec, n), CFG, [0, 1, 2], seeds, batch_groups=1
+    )
+    _same(whole, one_at_a_time)
+    shard = rollout_groups(_policy(model), lambda n: shard_manager(spec, n), CFG, [1, 2], seeds)
+    size = CFG.group_size
+    assert [t.group_id for t in shard.trajectories] == [1, 1, 2, 2]
+    assert [t.episode_id for t in shard.trajectories] == [size, size + 1, 2 * size, 2 * size + 1]
+    tail = dataclasses.replace(whole, trajectories=whole.trajectories[size:])
+    _same(tail, shard, n=2 * size)
+
+
 def test_workers_play_the_same_trajectories_as_one_process(pool, model):
     seeds = _manager().seeds_for_step(0)
-    local = _one_process(model, seeds)
+    local = _one_process(model, seeds)  # 0 workers: one batch; 2 workers: groups [0, 1] | [2]
     distributed = pool.collect(model[0], _manager(), CFG, seeds)
     _same(local, distributed)
     # every episode samples its own replies (none shares another's stream)
@@ -153,8 +174,12 @@ def test_missing_ray_names_the_extra(monkeypatch):
     load_config(["env=sokoban", "model=tiny"])  # one process needs no Ray
 
 
-def test_more_workers_than_sampling_units_is_a_config_error():
-    base = ["env=sokoban", "model=tiny", "rollout.env_groups=8", "trainer.worker_batch_groups=4"]
-    load_config([*base, "trainer.rollout_workers=2"])  # 2 units, 2 workers
-    with pytest.raises(ConfigError, match=r"3 workers for 2 sampling unit.*worker_batch_groups=2"):
-        load_config([*base, "trainer.rollout_workers=3"])
+def test_more_workers_than_groups_idle_and_sample_the_same(pool, model):
+    """Validation-like: one group of one episode on 2 workers (one idles); and a config
+    with more workers than groups is accepted, not refused."""
+    manager = _manager(groups=1, size=1)
+    seeds = manager.validation_seeds(1)
+    result = pool.collect(model[0], manager, CFG, seeds)
+    assert result.stats["scale/busy_workers"] == 1.0
+    _same(_one_process(model, seeds, _manager(groups=1, size=1)), result, n=1)
+    load_config(["env=sokoban", "model=tiny", "rollout.env_groups=2", "trainer.rollout_workers=3"])

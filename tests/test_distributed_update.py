@@ -1,17 +1,18 @@
-"""Data-parallel updates: 2 torch.distributed ranks (gloo, this process + a Ray actor)
-give the same gradients, new weights and metrics as one process on the same batch, in
-every loss aggregation mode; rank 0's state reaches the other rank whenever it changed
-outside an update."""
-
-import copy
+"""Data-parallel updates on replicas: 2 torch.distributed ranks (gloo, this process + a
+Ray actor) give the same gradients BEFORE clipping, new weights and metrics as one
+process on the same batch, in every loss aggregation mode; averaging the gradients
+instead of summing them fails that check (and passes every check after clipping);
+the ranks score their shares of the rows to the one-process scores; rank 0's state
+reaches the other rank whenever it changed outside an update."""
 
 import pytest
 import torch
+from dp_check import assert_same_grads, preclip_grads, prepared, restore, state_of, update_config
 
 ray = pytest.importorskip("ray")
 
+import ragen.distributed.data_parallel as dp  # noqa: E402
 from ragen.distributed.data_parallel import DataParallelUpdater  # noqa: E402
-from ragen.trainer.config import load_config  # noqa: E402
 from ragen.trainer.starpo import StarPOTrainer  # noqa: E402
 
 MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
@@ -19,90 +20,36 @@ MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-to
 
 @pytest.fixture(scope="module")
 def setup(local_ray, tiny_model_dir, tmp_path_factory):
-    """A StarPO trainer (critic + KL loss: every loss term), one prepared batch, and a
-    2-rank updater attached to it."""
-    cfg = load_config(
-        [
-            "env=sokoban",
-            "algo=starpo",
-            f"model.path={tiny_model_dir}",
-            "model.actor_lr=1e-3",
-            "model.critic_lr=1e-3",
-            "rollout.env_groups=2",
-            "rollout.group_size=2",
-            "rollout.max_turns=2",
-            "rollout.max_new_tokens=12",
-            "rollout.max_model_len=1024",
-            "algo.ppo_mini_batch_size=2",  # 2 optimizer steps per epoch
-            "algo.micro_token_budget=1",  # one row per micro-batch
-            "algo.kl_coef=0.01",
-            "algo.kl_in_reward=false",
-            "trainer.console=false",
-            "trainer.tensorboard=false",
-            f"trainer.run_dir={tmp_path_factory.mktemp('dp') / 'run'}",
-        ]
-    )
-    trainer = StarPOTrainer(cfg)
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():  # a value head that is not all zeros
-        for p in trainer.critic.score.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen))
-    result = trainer.rollout(trainer.train_envs, trainer.train_envs.seeds_for_step(0), 1.0, 0)
-    kept = [t for t in result.trajectories if t.num_response_tokens > 0]
-    batch = trainer.prepare_batch(kept)
-    trainer.compute_old_log_probs(batch, {})
-    trainer.compute_values(batch)
-    trainer.compute_advantages(batch, {})
-    # uneven rows, so that every aggregation mode weighs them differently
-    for row, keep in ((0, 0.8), (1, 0.5)):
-        pos = batch.response_mask[row].nonzero()[:, 0]
-        for mask in (batch.response_mask, batch.advantage_mask):
-            mask[row, pos[int(keep * len(pos)) :]] = 0.0
-    start = _state(trainer)
+    """The trainer, its batch, its starting state, and a 2-rank updater attached to it."""
+    trainer = StarPOTrainer(update_config(tiny_model_dir, tmp_path_factory.mktemp("dp") / "run"))
+    batch = prepared(trainer)
+    start = state_of(trainer)
     updater = DataParallelUpdater(local_ray, trainer, 2, {"num_cpus": 1.0, "num_gpus": 0.0})
     yield trainer, batch, start, updater
     updater.close()
 
 
-def _state(trainer):
-    return copy.deepcopy(
-        {
-            "actor": trainer.actor.state_dict(),
-            "critic": trainer.critic.state_dict(),
-            "actor_opt": trainer.actor_opt.state_dict(),
-            "critic_opt": trainer.critic_opt.state_dict(),
-        }
-    )
-
-
 def _restore(trainer, state):
-    trainer.actor.load_state_dict(state["actor"])
-    trainer.critic.load_state_dict(state["critic"])
-    trainer.actor_opt.load_state_dict(state["actor_opt"])
-    trainer.critic_opt.load_state_dict(state["critic_opt"])
+    restore(trainer.actor, trainer.critic, trainer._optimizers(), state)
 
 
-def _update_capturing_grads(trainer, run):
-    """Run ``run()`` (an update) and return its metrics and every gradient the optimizers
-    stepped with (after clipping)."""
-    grads = []
-    originals = {}
-    for name in ("actor_opt", "critic_opt"):
-        opt = getattr(trainer, name)
-        originals[name] = opt.step
-
-        def step(*args, _opt=opt, _name=name, **kwargs):
-            params = [p for g in _opt.param_groups for p in g["params"] if p.grad is not None]
-            grads.append((_name, [p.grad.detach().clone() for p in params]))
-            return originals[_name](*args, **kwargs)
-
-        opt.step = step
-    try:
+def _update(run):
+    """``run()`` (an update): its metrics and the gradients its steps started from."""
+    with preclip_grads() as grads:
         metrics = run()
-    finally:
-        for name, fn in originals.items():
-            getattr(trainer, name).step = fn
     return metrics, grads
+
+
+METRICS = (
+    "actor/pg_loss",
+    "actor/entropy_loss",
+    "actor/entropy",
+    "actor/kl_loss",
+    "actor/pg_clipfrac",
+    "actor/grad_norm_mean",
+    "critic/value_loss",
+    "critic/grad_norm_max",
+)
 
 
 @pytest.mark.parametrize(
@@ -115,30 +62,51 @@ def test_two_ranks_update_equals_one_process(setup, mode, minibatch):
     trainer.cfg.algo.loss_agg_mode = mode  # the ranks receive the config with each update
     trainer.cfg.algo.ppo_mini_batch_size = minibatch
     _restore(trainer, start)
-    one, grads_one = _update_capturing_grads(trainer, lambda: trainer.update(batch, 0))
-    weights_one = _state(trainer)
+    one, grads_one = _update(lambda: trainer.update(batch, 0))
+    weights_one = state_of(trainer)
     _restore(trainer, start)  # changed outside an update: rank 0 broadcasts it first
-    two, grads_two = _update_capturing_grads(trainer, lambda: updater.update(batch, 0))
+    two, grads_two = _update(lambda: updater.update(batch, 0))
     assert two["scale/state_broadcast"] == 1.0
     assert len(grads_one) == len(grads_two) == 4  # 2 minibatches x (actor, critic)
-    for (name1, g1), (name2, g2) in zip(grads_one, grads_two):
-        assert name1 == name2 and len(g1) == len(g2)
-        for a, b in zip(g1, g2):
-            assert torch.allclose(a, b, rtol=1e-4, atol=1e-7), name1
+    assert_same_grads(grads_one, grads_two)
+    assert one["actor/grad_norm_mean"] > trainer.cfg.algo.grad_clip  # clipping was active
     for part in ("actor", "critic"):
         for key, w in weights_one[part].items():
-            assert torch.allclose(w, trainer.__getattribute__(part).state_dict()[key], atol=1e-6)
-    for key in (
-        "actor/pg_loss",
-        "actor/entropy_loss",
-        "actor/entropy",
-        "actor/kl_loss",
-        "actor/pg_clipfrac",
-        "actor/grad_norm_mean",
-        "critic/value_loss",
-        "critic/grad_norm_max",
-    ):
+            assert torch.allclose(w, getattr(trainer, part).state_dict()[key], atol=1e-6)
+    for key in METRICS:
         assert two[key] == pytest.approx(one[key], rel=1e-4, abs=1e-7), key
+
+
+def test_averaging_instead_of_summing_fails_the_preclip_check(setup, monkeypatch):
+    """The mutation the check exists for: rank 0 averages the all-reduced gradients.
+    After clipping (active here) and in the new weights it is invisible; before
+    clipping every gradient is half the one-process one, and the check says so."""
+    trainer, batch, start, updater = setup
+    trainer.cfg.algo.loss_agg_mode = "token-mean"
+    trainer.cfg.algo.ppo_mini_batch_size = 2
+    _restore(trainer, start)
+    one, grads_one = _update(lambda: trainer.update(batch, 0))
+    weights_one = state_of(trainer)["actor"]
+    summed = dp.allreduce_grads
+
+    def averaged(params):
+        summed(params)
+        for p in params:
+            if p.grad is not None:
+                p.grad /= updater.world
+
+    monkeypatch.setattr(dp, "allreduce_grads", averaged)
+    _restore(trainer, start)
+    try:
+        two, grads_two = _update(lambda: updater.update(batch, 0))
+    finally:
+        updater._fingerprint = object()  # the ranks diverged: the next phase resyncs
+    with pytest.raises(AssertionError, match="ratio 0.5000"):
+        assert_same_grads(grads_one, grads_two)
+    # what a check after clipping compares is blind to it: the new weights
+    for key, w in weights_one.items():
+        assert torch.allclose(w, trainer.actor.state_dict()[key], atol=1e-6), key
+    assert two["actor/grad_norm_mean"] == pytest.approx(one["actor/grad_norm_mean"] / 2, rel=1e-4)
 
 
 def test_the_next_update_needs_no_broadcast_and_stays_equal(setup):
@@ -148,10 +116,25 @@ def test_the_next_update_needs_no_broadcast_and_stays_equal(setup):
     _restore(trainer, start)
     trainer.update(batch, 0)
     trainer.update(batch, 1)
-    expected = _state(trainer)["actor"]
+    expected = state_of(trainer)["actor"]
     _restore(trainer, start)
     updater.update(batch, 0)
     second = updater.update(batch, 1)
     assert second["scale/state_broadcast"] == 0.0  # the ranks stepped in lockstep
     for key, w in expected.items():
         assert torch.allclose(w, trainer.actor.state_dict()[key], atol=1e-6), key
+
+
+def test_ranks_score_their_shares_to_the_one_process_scores(setup):
+    trainer, batch, start, updater = setup
+    _restore(trainer, start)
+    fields = ("old_log_prob", "ref_log_prob", "values", "final_values")
+    trainer.score_batch(batch, {})
+    expected = {name: getattr(batch, name).clone() for name in fields}
+    for name in fields:
+        setattr(batch, name, None)
+    metrics = {}
+    updater.score_batch(batch, metrics)
+    for name in fields:
+        assert torch.allclose(getattr(batch, name), expected[name], atol=1e-5), name
+    assert metrics["actor/gen_logprob_max_diff"] < 1e-4

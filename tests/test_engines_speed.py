@@ -118,7 +118,7 @@ def _row_by_row(engine, prompts, params):
         rows, alive = list(range(batch)), [True] * batch
         eos = set(engine.eos_token_ids)
         for step in range(params.max_new_tokens):
-            ids, logps = engine._sample(logits, params, generator)
+            ids, logps = engine._sample(logits, params, torch.rand(len(rows), generator=generator))
             for i, row in enumerate(rows):
                 if not alive[i]:
                     continue

@@ -19,6 +19,7 @@ oracle rollouts are exact SFT samples in the multi-turn chat format the RL rollo
 from __future__ import annotations
 
 import copy
+import dataclasses
 import random
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -46,6 +47,9 @@ class TurnRequest:
     reasoning: str = "free_think"  # the reply format (ragen.agent.reasoning)
     separator: str = "||"
     rng_seed: int = 0  # reproducible per (rollout seed, episode, turn), batch-order free
+    # the model's sampling seed of this turn (SamplingParams.row_seeds): per (rollout seed,
+    # group, member, turn), so the episode samples the same ids in any batch or worker
+    sample_seed: int | None = None
 
 
 @dataclass
@@ -83,6 +87,8 @@ class ModelPolicy(Policy):
             if r.prompt_ids is None:
                 raise ValueError("ModelPolicy needs prompt_ids; the rollout builds them")
             prompts.append(r.prompt_ids)
+        if all(r.sample_seed is not None for r in requests):  # a stream per episode
+            params = dataclasses.replace(params, row_seeds=[r.sample_seed for r in requests])
         if any(r.images for r in requests):  # a VLM engine (ragen.engines.hf_vlm)
             images = [list(r.images or []) for r in requests]
             generations = self.engine.generate(prompts, params, images=images)

@@ -265,6 +265,9 @@ class _Episode:
     # tokenizer); the turn record keeps them as PNG so the viewer shows what it saw
     pictures: list | None = None
     env_error: str | None = None  # why the env failed, when it did (Env.env_error)
+    # the group's index in the whole rollout (run_rollout's group_ids): part of the
+    # episode's sampling seeds, so a shard of the groups samples what the whole would
+    sample_group: int = 0
 
     @property
     def done(self) -> bool:
@@ -284,12 +287,26 @@ def _chat_format(policy: Policy, strategy: str) -> ChatFormat | None:
 
 
 def run_rollout(
-    policy: Policy, manager: EnvStateManager, config: RolloutConfig, seeds: list[int]
+    policy: Policy,
+    manager: EnvStateManager,
+    config: RolloutConfig,
+    seeds: list[int],
+    group_ids: list[int] | None = None,
 ) -> RolloutResult:
     """Play one batch: ``manager.env_groups`` groups from ``seeds`` (one initial-state
     seed per group: ``manager.seeds_for_step(step)`` or ``manager.validation_seeds()``),
-    ``manager.group_size`` episodes each, up to ``config.max_turns``."""
+    ``manager.group_size`` episodes each, up to ``config.max_turns``.
+
+    Every episode's turn samples from its own seed, ``derive_seed("sample", config.seed,
+    group, member, turn)`` (``TurnRequest.sample_seed``), so what an episode plays does
+    not depend on the other episodes of the call. ``group_ids``: each group's index in
+    the whole rollout when this call plays a shard of it (a rollout worker); default
+    ``0 .. env_groups - 1``."""
     config.validate()
+    if group_ids is None:
+        group_ids = list(range(manager.env_groups))
+    if len(group_ids) != manager.env_groups:
+        raise ValueError(f"{len(group_ids)} group_ids for {manager.env_groups} groups")
     tic = time.perf_counter()
     observations = manager.reset(seeds)
     fmt = _chat_format(policy, config.template_strategy)
@@ -319,7 +336,11 @@ def run_rollout(
         )
         g = manager.group_of(i)
         ctx = ContextManager(fmt, system, config.context_window) if fmt else None
-        episodes.append(_Episode(i, g, int(seeds[g]), system, observations[i], ctx))
+        episodes.append(
+            _Episode(
+                i, g, int(seeds[g]), system, observations[i], ctx, sample_group=int(group_ids[g])
+            )
+        )
 
     stats = {"generated_tokens": 0.0, "generation_seconds": 0.0, "generate_calls": 0.0}
     for turn in range(config.max_turns):
@@ -457,6 +478,7 @@ def _open_turn(
         reasoning=config.reasoning,
         separator=config.separator,
         rng_seed=derive_seed("policy", config.seed, ep.seed, member, turn),
+        sample_seed=derive_seed("sample", config.seed, ep.sample_group, member, turn),
     )
 
 

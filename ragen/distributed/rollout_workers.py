@@ -1,27 +1,26 @@
 """Rollout workers: Ray actors that each own a copy of the policy and a shard of the groups.
 
-Sampling is seeded by the GROUPS, never by the worker. The env groups of a step are cut
-into fixed *sampling units* of ``batch_groups`` consecutive groups
-(``trainer.worker_batch_groups``; :func:`sampling_units`); each unit is played as its
-own :func:`ragen.agent.rollout.run_rollout` (one generate call per turn for the unit's
-episodes) with sample seed ``derive_seed(s, "groups", first group, unit size)``, where
-``s`` is the step's sample seed. Member dynamics seeds come from the run seed, the
-group's initial-state seed and the member index, as in one process. Workers receive
-whole units, so the trajectories of a step are the same for any number of workers
-(:func:`rollout_units` in one process = 1, 2, ... workers;
-``tests/test_distributed_rollout.py``), and a worker that dies is replaced and its units
-re-run to the same result. ``batch_groups`` itself is part of the sampling stream: keep
-it fixed to reproduce a run.
+Sampling is seeded per EPISODE, never by the worker or the batch: every episode's turn
+draws from its own stream (``derive_seed("sample", s, group, member, turn)``, ``s`` the
+step's sample seed; ``ragen.agent.rollout`` and ``ragen.engines.draws``), and member
+dynamics seeds come from the run seed, the group's initial-state seed and the member
+index. So the trajectories of a step are the same in one process
+(``trainer.rollout_workers=0``), on 1 worker or on N: each worker plays its contiguous
+shard of the groups (:func:`~ragen.distributed.sharding.shard_groups`) as ONE batch
+(one generate call per turn for all its episodes), any worker count works with any
+number of groups (workers beyond the groups idle that rollout), and a worker that dies
+is replaced and its groups re-run to the same result (``tests/test_distributed_rollout.py``
+compares ids, masks, rewards and end reasons exactly, log-probs to 1e-5). What a batch
+changes is float rounding only: a draw within ~1e-7 of a CDF boundary can flip.
 
-This is NOT the sampling stream of ``trainer.rollout_workers=0`` (one generate call for
-every episode of the step, seeded by the whole batch): runs with 0 and with N >= 1
-workers draw different (equally distributed) samples. Smaller units batch less;
-``docs/SCALING.md`` has the numbers and the engine change (a seed per row) that would
-make units unnecessary.
+``trainer.worker_batch_groups`` (0: no cap) caps the groups in one generate batch on a
+worker, to bound its KV-cache memory; it does not change the samples.
 
 Weights: the trainer pushes the actor's state to every worker before a rollout whenever
 it changed (after an update, a resume or a rollback): the full state the first time,
 then the trainable tensors only (all of them in full fine-tuning, the adapters with LoRA).
+With sharded training (``trainer.train_sharding=fsdp``) the state is gathered from the
+ranks' shards first (``state_source``).
 """
 
 from __future__ import annotations
@@ -35,7 +34,6 @@ from collections.abc import Callable
 from typing import Any
 
 from ragen.agent.rollout import RolloutConfig, RolloutResult, run_rollout
-from ragen.envs.base import derive_seed
 from ragen.errors import ConfigError
 
 from .ray_setup import wait_ready
@@ -71,7 +69,7 @@ class EnvSpec:
         return json.dumps([self.name, self.config, self.group_size, self.seed], sort_keys=True)
 
 
-def units_manager(spec: EnvSpec, n_groups: int):
+def shard_manager(spec: EnvSpec, n_groups: int):
     """An :class:`EnvStateManager` of ``n_groups`` groups with the run's group size and seed."""
     from ragen.agent.env_manager import EnvStateManager
 
@@ -80,42 +78,38 @@ def units_manager(spec: EnvSpec, n_groups: int):
     )
 
 
-def sampling_units(n_groups: int, batch_groups: int) -> list[list[int]]:
-    """Groups ``0 .. n_groups-1`` in consecutive units of ``batch_groups`` (the last may
-    be shorter): the unit of sampling and of work a worker receives."""
-    if batch_groups < 1:
-        raise ConfigError(f"batch_groups must be >= 1, got {batch_groups}")
-    return [
-        list(range(start, min(start + batch_groups, n_groups)))
-        for start in range(0, n_groups, batch_groups)
-    ]
+def batches_of(groups: list[int], batch_groups: int) -> list[list[int]]:
+    """``groups`` in consecutive batches of at most ``batch_groups`` (0: one batch)."""
+    if batch_groups < 0:
+        raise ConfigError(f"batch_groups must be >= 0, got {batch_groups}")
+    if not groups:
+        return []
+    size = batch_groups or len(groups)
+    return [groups[i : i + size] for i in range(0, len(groups), size)]
 
 
-def rollout_units(
+def rollout_groups(
     policy: Any,
     manager_for: Callable[[int], Any],
     config: RolloutConfig,
-    units: list[list[int]],
+    groups: list[int],
     seeds: list[int],
+    batch_groups: int = 0,
 ) -> RolloutResult:
-    """Play ``units`` (lists of global group indices; ``seeds[g]``: group g's initial-state
-    seed), one unit at a time on ``manager_for(len(unit))``; ``config.seed`` is the step's
-    sample seed.
+    """Play ``groups`` (global group indices; ``seeds[g]``: group g's initial-state seed)
+    on ``manager_for(n)`` managers, in batches of ``batch_groups`` (0: all at once);
+    ``config.seed`` is the step's sample seed.
 
     Trajectories carry the global ``group_id`` and ``episode_id = g * group_size + m``,
-    as one process numbers them. One unit at a time keeps the engine's prefix cache (the
-    K/V of its last call) useful from turn to turn.
+    as one process numbers them, and sample what one process samples (module doc).
     """
     trajectories, stats = [], defaultdict(float)
-    for unit in units:
-        manager = manager_for(len(unit))
+    for batch in batches_of([int(g) for g in groups], batch_groups):
+        manager = manager_for(len(batch))
         size = manager.group_size
-        unit_cfg = dataclasses.replace(
-            config, seed=derive_seed(config.seed, "groups", int(unit[0]), len(unit))
-        )
-        result = run_rollout(policy, manager, unit_cfg, [int(seeds[g]) for g in unit])
+        result = run_rollout(policy, manager, config, [int(seeds[g]) for g in batch], batch)
         for tr in result.trajectories:
-            g = int(unit[tr.group_id])
+            g = batch[tr.group_id]
             tr.episode_id = g * size + tr.episode_id % size
             tr.group_id = g
             trajectories.append(tr)
@@ -157,6 +151,12 @@ class RolloutWorker:
     def pid(self) -> int:
         return os.getpid()
 
+    def where(self) -> tuple[int, str]:
+        """This worker's process id and Ray node id."""
+        import ray
+
+        return os.getpid(), ray.get_runtime_context().get_node_id()
+
     def load_weights(self, state: dict[str, Any]) -> float:
         """Copy ``state`` (name -> tensor, a subset of the model's state dict) in; return
         the seconds it took."""
@@ -169,16 +169,21 @@ class RolloutWorker:
         return time.perf_counter() - tic
 
     def rollout(
-        self, spec: EnvSpec, config: RolloutConfig, units: list[list[int]], seeds: list[int]
+        self,
+        spec: EnvSpec,
+        config: RolloutConfig,
+        groups: list[int],
+        seeds: list[int],
+        batch_groups: int = 0,
     ) -> RolloutResult:
         def manager_for(n_groups: int):
             key = f"{spec.key()}/{n_groups}"
             if key not in self._managers:
-                self._managers[key] = units_manager(spec, n_groups)
+                self._managers[key] = shard_manager(spec, n_groups)
             return self._managers[key]
 
         tic = time.perf_counter()
-        result = rollout_units(self.policy, manager_for, config, units, seeds)
+        result = rollout_groups(self.policy, manager_for, config, groups, seeds, batch_groups)
         result.stats["worker_seconds"] = time.perf_counter() - tic
         return result
 
@@ -196,11 +201,14 @@ class RolloutWorkerPool:
     """``N`` :class:`RolloutWorker` actors and the trainer-side logic around them.
 
     ``collect(actor, manager, config, seeds)`` is the trainer's rollout: push weights if
-    the actor changed, deal the sampling units (:func:`sampling_units`,
-    :func:`shard_groups`), gather, and replace any worker that died (its units run again
-    on the new one). ``events`` lists what
-    happened (restarts) for the trainer to log; ``on_dispatch(worker, pid)``, when set,
-    is called after each shard is sent (the fault test kills a worker there).
+    the actor changed, deal the groups (:func:`shard_groups`: contiguous, near-equal
+    shards; workers beyond the groups idle), gather, and replace any worker that died
+    (its groups run again on the new one). Workers are spread over a cluster's nodes
+    (Ray's ``SPREAD`` strategy). ``events`` lists what happened (restarts) for the
+    trainer to log; ``on_dispatch(worker, pid)``, when set, is called after each shard is
+    sent (the fault tests kill a worker, or its node, there). ``state_source(full)``, when
+    set, gives the actor's weights to push instead of ``actor.state_dict()`` (sharded
+    training gathers them from the ranks).
     """
 
     MAX_RESTARTS_PER_ROLLOUT = 3
@@ -215,7 +223,7 @@ class RolloutWorkerPool:
         device: str,
         dtype: Any,
         resources: dict[str, float],
-        batch_groups: int = 1,
+        batch_groups: int = 0,
         engine: str = "static",
     ):
         self.ray = ray
@@ -223,19 +231,22 @@ class RolloutWorkerPool:
         threads = max(1, int(resources["num_cpus"] or 1))
         self._args = (model_path, lora, device, dtype, threads, engine)
         self.resources = resources
-        self._actor_class = ray.remote(**resources)(RolloutWorker)
+        self._actor_class = ray.remote(**resources, scheduling_strategy="SPREAD")(RolloutWorker)
         self.workers = [self._actor_class.remote(*self._args) for _ in range(n_workers)]
-        self.pids = wait_ready(
+        places = wait_ready(
             ray,
-            [w.pid.remote() for w in self.workers],
+            [w.where.remote() for w in self.workers],
             "rollout workers",
             resources,
             self.START_TIMEOUT_S,
         )
+        self.pids = [p for p, _ in places]
+        self.nodes = [n for _, n in places]  # the Ray node id each worker runs on
         self._fingerprint: Any = object()  # never equal: the first collect pushes
         self._pushed_full = [False] * n_workers
         self.events: list[dict[str, Any]] = []
         self.on_dispatch: Callable[[int, int], None] | None = None
+        self.state_source: Callable[[bool], dict[str, Any]] | None = None
         self.restarts = 0
 
     @property
@@ -243,6 +254,11 @@ class RolloutWorkerPool:
         return len(self.workers)
 
     # -- weights ---------------------------------------------------------------------
+    def _state(self, actor: Any, full: bool) -> dict[str, Any]:
+        if self.state_source is not None:
+            return self.state_source(full)
+        return state_to_push(actor, full=full)
+
     def sync(self, actor: Any) -> float:
         """Push ``actor``'s weights to every worker if they changed since the last push;
         return the seconds spent (0 when nothing changed)."""
@@ -254,7 +270,7 @@ class RolloutWorkerPool:
         tic = time.perf_counter()
         refs = {}
         for full in sorted(set(not done for done in self._pushed_full)):
-            refs[full] = self.ray.put(state_to_push(actor, full=full))
+            refs[full] = self.ray.put(self._state(actor, full))
         self.ray.get(
             [
                 w.load_weights.remote(refs[not done])
@@ -278,8 +294,7 @@ class RolloutWorkerPool:
         sync_s = self.sync(actor)
         tic = time.perf_counter()
         spec = EnvSpec.of(manager)
-        units = sampling_units(len(seeds), self.batch_groups)
-        shards = [[units[u] for u in part] for part in shard_groups(len(units), self.size)]
+        shards = shard_groups(len(seeds), self.size)
         pending: dict[Any, int] = {}
         for w, shard in enumerate(shards):
             if shard:
@@ -302,16 +317,20 @@ class RolloutWorkerPool:
                     raise RuntimeError(
                         f"rollout workers died {restarts} times in one rollout; last: {err}"
                     ) from err
-                groups = [g for unit in shards[w] for g in unit]
-                self._replace(w, reason=str(err).splitlines()[0][:200], groups=groups)
+                self._replace(w, reason=str(err).splitlines()[0][:200], groups=shards[w])
                 pending[self._submit(w, spec, config, shards[w], seeds)] = w
         merged = _merge([results[w] for w in sorted(results)], time.perf_counter() - tic)
         merged.stats["scale/weight_sync_s"] = sync_s
         merged.stats["scale/worker_restarts"] = float(restarts)
+        busy = [w for w, shard in enumerate(shards) if shard]
+        merged.stats["scale/busy_workers"] = float(len(busy))
+        merged.stats["scale/worker_nodes"] = float(len({self.nodes[w] for w in busy}))
         return merged
 
-    def _submit(self, w: int, spec: EnvSpec, config: RolloutConfig, units, seeds):
-        return self.workers[w].rollout.remote(spec, config, units, [int(x) for x in seeds])
+    def _submit(self, w: int, spec: EnvSpec, config: RolloutConfig, groups, seeds):
+        return self.workers[w].rollout.remote(
+            spec, config, list(groups), [int(x) for x in seeds], self.batch_groups
+        )
 
     def _replace(self, w: int, reason: str, groups: list[int]) -> None:
         """Start a new worker in slot ``w`` with the current weights."""
@@ -320,12 +339,14 @@ class RolloutWorkerPool:
             self.ray.kill(self.workers[w])
         except Exception:  # already gone
             pass
+        dead_node = self.nodes[w]
         self.workers[w] = self._actor_class.remote(*self._args)
-        (self.pids[w],) = wait_ready(
-            self.ray, [self.workers[w].pid.remote()], "rollout worker", self.resources,
+        ((self.pids[w], self.nodes[w]),) = wait_ready(
+            self.ray, [self.workers[w].where.remote()], "rollout worker", self.resources,
             self.START_TIMEOUT_S,
         )  # fmt: skip
-        self.ray.get(self.workers[w].load_weights.remote(state_to_push(self._actor, full=True)))
+        state = self._state(self._actor, True)
+        self.ray.get(self.workers[w].load_weights.remote(state))
         self._pushed_full[w] = True
         self.restarts += 1
         self.events.append(
@@ -334,6 +355,8 @@ class RolloutWorkerPool:
                 "worker": w,
                 "dead_pid": dead_pid,
                 "new_pid": self.pids[w],
+                "dead_node": dead_node,
+                "new_node": self.nodes[w],
                 "groups": list(groups),
                 "reason": reason,
             }

@@ -10,6 +10,9 @@ from collections.abc import Sequence
 
 from ragen.errors import ConfigError
 
+#: ``trainer.train_sharding`` values: every rank a full replica, or FSDP2 shards
+TRAIN_SHARDINGS = ("replicate", "fsdp")
+
 
 def shard_groups(n_groups: int, n_workers: int) -> list[list[int]]:
     """Contiguous, near-equal shards of the group indices ``0 .. n_groups-1``, one per

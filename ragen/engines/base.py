@@ -30,6 +30,9 @@ class SamplingParams:
     # store); False when the caller knows none will (rollout.context_window=0: every
     # prompt is a fresh system + user message), which saves copying them
     keep_kv: bool = True
+    # one seed per prompt (overrides ``seed``): row i draws from its own stream, so it
+    # samples the same ids in any batch, alone or on any rollout worker (engines/draws.py)
+    row_seeds: list[int] | None = None
 
 
 @dataclass

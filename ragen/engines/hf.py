@@ -39,7 +39,9 @@ batch computes only what follows it.
 Sampling (``sample_next_token``): ``logp = log_softmax(logits / T)`` (T = 0 -> greedy
 argmax, with T = 1 for the reported log-prob); top-k, then top-p (nucleus) truncation
 of that distribution; a draw from the renormalized remainder by inverse CDF with one
-uniform per row from a seeded ``torch.Generator``. ``Generation.logprobs`` holds
+uniform per row from a seeded ``torch.Generator``, or, with ``SamplingParams.row_seeds``,
+from each row's own counter-based stream (``ragen.engines.draws``: a row then samples the
+same ids in any batch). ``Generation.logprobs`` holds
 ``logp[sampled id]`` BEFORE truncation; ``ragen.models.logprobs.token_logprobs``
 recomputes the same number.
 
@@ -61,6 +63,7 @@ from dataclasses import dataclass
 from ragen.errors import ConfigError
 
 from .base import Generation, SamplingParams
+from .draws import Draws
 
 #: end-of-turn / end-of-text tokens of common chat formats; treated as EOS when present
 KNOWN_END_TOKENS = (
@@ -643,9 +646,7 @@ class HFEngine:
         input_ids, attention, positions, next_position = left_padded_batch(
             distinct, self.pad_token_id, device
         )
-        generator = None
-        if params.seed is not None:
-            generator = torch.Generator(device=device).manual_seed(int(params.seed))
+        draws = Draws(params, batch, device)  # the call's generator, or a stream per row
 
         cache = make_kv_cache(self.model, width + max_new, self.kv_dtype)
         layers = _preallocated_layers(cache) if self.prefix_cache else None
@@ -674,7 +675,7 @@ class HFEngine:
         rows = torch.arange(batch, device=device)  # original row of each batch row
         alive = torch.ones(batch, dtype=torch.bool, device=device)  # per batch row
         for step in range(max_new):
-            ids, logps = self._sample(logits, params, generator)
+            ids, logps = self._sample(logits, params, draws.uniform(rows, step))
             out.record(step, rows, alive, ids, logps)
             eos = alive & is_end[ids]
             out.reason[rows[eos]] = _EOS
@@ -804,8 +805,10 @@ class HFEngine:
         the prompt columns, one column appended per step); row-indexable."""
         return attention
 
-    def _sample(self, logits, params: SamplingParams, generator):
-        return sample_next_token(logits, params.temperature, params.top_p, params.top_k, generator)
+    def _sample(self, logits, params: SamplingParams, uniform):
+        return sample_next_token(
+            logits, params.temperature, params.top_p, params.top_k, uniform=uniform
+        )
 
     def _prefill(self, cache, attention, ids, positions):
         """Feed the prompt block ``ids`` (b, S) at ``positions`` (b, S) after the cache's

@@ -38,6 +38,7 @@ from ragen.models.vlm import (
 
 from .base import Generation, SamplingParams
 from .compiled import make_hf_engine
+from .draws import Draws
 from .hf import (
     GenerationStats,
     accepts_logits_to_keep,
@@ -126,9 +127,7 @@ class HFVLMEngine:
         positions = positions_for(self.model, input_ids, attention, vision)
         next_position = next_positions(positions)
 
-        generator = None
-        if params.seed is not None:
-            generator = torch.Generator(device=device).manual_seed(int(params.seed))
+        draws = Draws(params, batch, device)  # the call's generator, or a stream per row
         stops = list(params.stop_strings or [])
         window = 4 * max((len(s) for s in stops), default=0) + 2
         eos = set(self.eos_token_ids)
@@ -145,7 +144,8 @@ class HFVLMEngine:
         alive = [True] * batch
         for step in range(max_new):
             logits = out.logits[:, -1, :].float()
-            ids, logps = _sample_without_images(logits, params, generator, self.image_token_id)
+            uniform = draws.uniform(range(batch), step)
+            ids, logps = _sample_without_images(logits, params, uniform, self.image_token_id)
             ids_list, logp_list = ids.tolist(), logps.tolist()
             for row in range(batch):
                 if not alive[row]:
@@ -181,7 +181,7 @@ class HFVLMEngine:
         return finished_generations(self.tokenizer, token_ids, logprobs, reasons)
 
 
-def _sample_without_images(logits, params: SamplingParams, generator, image_id: int):
+def _sample_without_images(logits, params: SamplingParams, uniform, image_id: int):
     """``sample_next_token`` that never draws ``image_id``; logp of the unmasked logits."""
     import torch
 
@@ -189,7 +189,9 @@ def _sample_without_images(logits, params: SamplingParams, generator, image_id: 
     logp_all = torch.log_softmax(logits / scale, dim=-1)
     masked = logits.clone()
     masked[:, image_id] = float("-inf")
-    ids, _ = sample_next_token(masked, params.temperature, params.top_p, params.top_k, generator)
+    ids, _ = sample_next_token(
+        masked, params.temperature, params.top_p, params.top_k, uniform=uniform
+    )
     return ids, logp_all.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
 
 

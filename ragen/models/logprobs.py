@@ -272,10 +272,28 @@ def position_ids_from_mask(attention_mask):
     return positions.clamp_(min=0)
 
 
+#: the method a sharded model gets for the split head (``ragen.distributed.fsdp``)
+SHARDED_SPLIT = "ragen_split_logprobs"
+
+
+def runs_whole(model) -> bool:
+    """Whether ``model`` must run through its own methods only: an FSDP-sharded model
+    (``ragen.distributed.fsdp``) gathers its root's weights in the hooks around its
+    forward (and around :data:`SHARDED_SPLIT`, the split head registered as a forward
+    method), so calling its backbone or head directly would meet sharded weights."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
 def split_head(model):
     """``(backbone, lm_head)`` when logits == ``lm_head(backbone(...).last_hidden_state)``,
     else ``None``. Sees through a PEFT wrapper (LoRA layers live inside the backbone, so
-    adapters, and ``disable_adapter()``, still apply)."""
+    adapters, and ``disable_adapter()``, still apply). None for a sharded model
+    (:func:`runs_whole`): ``sequence_logprobs`` calls its :data:`SHARDED_SPLIT`
+    method, anything else its full forward, with the same result."""
+    if runs_whole(model):
+        return None
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     config = getattr(base, "config", None)
     if getattr(config, "model_type", None) not in PLAIN_HEAD_MODEL_TYPES:
@@ -319,8 +337,6 @@ def sequence_logprobs(
 
     from ragen.algo import entropy_from_logits, logprobs_from_logits
 
-    from .head_logprobs import fusable_head, head_logprobs
-
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
     copies = None
@@ -344,8 +360,16 @@ def sequence_logprobs(
     if position_ids is None:
         position_ids = position_ids_from_mask(attention_mask)
     targets = input_ids[:, 1:]
-    split = split_head(model) if positions is not None and not model_inputs else None
-    if split is None:
+    wanted_only = positions is not None and not model_inputs
+    sharded_split = getattr(model, SHARDED_SPLIT, None) if runs_whole(model) else None
+    split = split_head(model) if wanted_only else None
+    if wanted_only and sharded_split is not None:
+        # FSDP gathers the root's weights around this call (and the ranks agree on the
+        # shared prefix inside it: they must make the same sharded calls)
+        log_prob, entropy = sharded_split(
+            input_ids, attention_mask, position_ids, positions, scale, with_entropy, share_prefix
+        )
+    elif split is None:
         logits = model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -365,23 +389,11 @@ def sequence_logprobs(
         shared = 0
         if share_prefix:
             shared = shared_prefix_columns(backbone, input_ids, attention_mask, positions)
-        # columns [shared, T-1): column c predicts token c + 1
-        groups = None
-        if dedupe and share_prefix and prefix_sharing_allowed(backbone):
-            groups = prompt_groups(input_ids, attention_mask, positions, shared)
-        hidden = backbone_hidden(backbone, input_ids, attention_mask, position_ids, shared, groups)
-        hidden = hidden[:, :-1]  # (B, T-1-shared, H)
-        want = positions[:, 1:].bool()  # (B, T-1); False in the shared columns
-        zeros = torch.zeros(want.shape, dtype=torch.float32, device=input_ids.device)
-        wanted = hidden[want[:, shared:]]  # (N, H), N = wanted tokens
-        if fusable_head(head):  # head + softmax in row chunks: no (N, V) logits kept
-            lp, ent = head_logprobs(wanted, head, targets[want], scale, with_entropy)
-        else:
-            logits = _scaled(head(wanted), scale)  # (N, V)
-            lp = logprobs_from_logits(logits, targets[want])
-            ent = entropy_from_logits(logits) if with_entropy else None
-        log_prob = zeros.masked_scatter(want, lp)
-        entropy = zeros.masked_scatter(want, ent) if with_entropy else None
+        log_prob, entropy = split_logprobs(
+            backbone, head, input_ids, attention_mask, position_ids, positions, scale,
+            with_entropy, shared,
+            dedupe and share_prefix,
+        )  # fmt: skip
     pad = torch.nn.functional.pad
     return pad(log_prob, (1, 0), value=0.0), (
         pad(entropy, (1, 0), value=0.0) if entropy is not None else None
@@ -393,6 +405,41 @@ def _scaled(logits, scale: float):
     (``x / 1.0`` is ``x`` bit for bit)."""
     logits = logits.float()
     return logits if scale == 1.0 else logits / scale
+
+
+def split_logprobs(
+    backbone, head, input_ids, attention_mask, position_ids, positions, scale, with_entropy, shared,
+    dedupe=False,
+):  # fmt: skip
+    """The split-head path of :func:`sequence_logprobs`: the backbone on the sequence
+    (its first ``shared`` columns once), the LM head on the hidden states that predict a
+    wanted token only; ``dedupe``: rows that share a prompt run it once (module doc,
+    "Identical prompts"). Returns ``(B, T-1)`` log-probs and entropies (or None)."""
+    import torch
+
+    from ragen.algo import entropy_from_logits, logprobs_from_logits
+
+    from .head_logprobs import fusable_head, head_logprobs
+
+    targets = input_ids[:, 1:]
+    # columns [shared, T-1): column c predicts token c + 1
+    groups = None
+    if dedupe and prefix_sharing_allowed(backbone):
+        groups = prompt_groups(input_ids, attention_mask, positions, shared)
+    hidden = backbone_hidden(backbone, input_ids, attention_mask, position_ids, shared, groups)
+    hidden = hidden[:, :-1]  # (B, T-1-shared, H)
+    want = positions[:, 1:].bool()  # (B, T-1); False in the shared columns
+    zeros = torch.zeros(want.shape, dtype=torch.float32, device=input_ids.device)
+    wanted = hidden[want[:, shared:]]  # (N, H), N = wanted tokens
+    if fusable_head(head):  # head + softmax in row chunks: no (N, V) logits kept
+        lp, ent = head_logprobs(wanted, head, targets[want], scale, with_entropy)
+    else:
+        logits = _scaled(head(wanted), scale)  # (N, V)
+        lp = logprobs_from_logits(logits, targets[want])
+        ent = entropy_from_logits(logits) if with_entropy else None
+    log_prob = zeros.masked_scatter(want, lp)
+    entropy = zeros.masked_scatter(want, ent) if with_entropy else None
+    return log_prob, entropy
 
 
 def token_logprobs(model, input_ids, attention_mask=None, temperature: float = 1.0):

@@ -35,6 +35,7 @@ from .logprobs import (
     position_ids_from_mask,
     prefix_sharing_allowed,
     prompt_groups,
+    runs_whole,
     shared_prefix_columns,
 )
 from .vlm import create_vision_critic, is_vision_config
@@ -207,12 +208,16 @@ def critic_values(
     if model_inputs:
         out = critic(input_ids=input_ids, attention_mask=attention_mask, **model_inputs)
         return out.logits[..., 0].float()
+    sharded = getattr(critic, SHARDED_VALUES, None) if runs_whole(critic) else None
+    if sharded is not None:  # FSDP gathers the root's weights around this call
+        return sharded(input_ids, attention_mask, positions)
     position_ids = position_ids_from_mask(attention_mask)
     backbone, head = getattr(critic, "model", None), getattr(critic, "score", None)
     drop = getattr(critic, "dropout", None)  # the head's dropout, which the split would skip
     head_drops = critic.training and isinstance(drop, torch.nn.Dropout) and drop.p > 0
     shared, groups = 0, None
-    if positions is not None and backbone is not None and head is not None and not head_drops:
+    split = backbone is not None and head is not None and not runs_whole(critic)
+    if positions is not None and split and not head_drops:
         # every row's last column stays outside the prefix (its value bootstraps)
         last = int(attention_mask.sum(-1).min()) - 1
         shared = shared_prefix_columns(backbone, input_ids, attention_mask, positions, last)
@@ -226,6 +231,21 @@ def critic_values(
             use_cache=False,
         )
         return out.logits.squeeze(-1).float()
+    return split_values(backbone, head, input_ids, attention_mask, position_ids, shared, groups)
+
+
+#: the method a sharded critic gets for its values (``ragen.distributed.fsdp``)
+SHARDED_VALUES = "ragen_values"
+
+
+def split_values(
+    backbone, head, input_ids, attention_mask, position_ids, shared: int, groups=None
+):
+    """``(B, T)`` values from the backbone (its first ``shared`` columns run once, their
+    values 0; ``groups``: rows sharing a prompt, ``ragen.models.logprobs.prompt_groups``)
+    and the value head: the critic's forward without head dropout."""
+    import torch
+
     hidden = backbone_hidden(backbone, input_ids, attention_mask, position_ids, shared, groups)
     values = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
     values[:, shared:] = head(hidden)[..., 0].float()

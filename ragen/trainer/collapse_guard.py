@@ -111,13 +111,15 @@ class CollapseGuard:
         tr.logger.close()
         # the run's own checkpoint: no config comparison (an earlier rollback may have
         # changed the learning rate the checkpoint was saved with)
-        tr.checkpoints.load(
-            path,
-            actor=tr.actor,
-            critic=tr.critic,
-            optimizers=tr._optimizers(),
-            schedulers=tr._schedulers(),
-        )
+        # whole_state: sharded ranks (trainer.train_sharding=fsdp) take the loaded state back
+        with tr.phases().whole_state(load=True) as (actor, critic, optimizers):
+            tr.checkpoints.load(
+                path,
+                actor=actor,
+                critic=critic,
+                optimizers=optimizers,
+                schedulers=tr._schedulers(),
+            )
         if any(step_of(p) > restored for p in tr.checkpoints.list()):
             tr._supersede_after(restored)  # later checkpoints and their logs, kept aside
         else:

@@ -560,22 +560,30 @@ class TrainerSection:
     rollout_workers: int = option(
         0,
         "scale-out (docs/SCALING.md; pip install ragen[scale]): 0 plays rollouts in this "
-        "process; N uses N Ray actors, each a shard of the groups (any N gives the same "
-        "trajectories)",
+        "process; N uses N Ray actors, each a shard of the groups (sampling is seeded per "
+        "episode: any N gives the same trajectories)",
         ge=0,
         fix="0 plays rollouts in this process; N >= 1 uses N Ray actors",
     )
     worker_batch_groups: int = option(
-        4,
-        "groups a rollout worker plays in one batch; the unit of sampling seeds, so it "
-        "fixes the samples: keep it to reproduce a run",
-        ge=1,
-        fix="e.g. 4 (groups per generate batch on a rollout worker)",
+        0,
+        "at most this many groups in one generate batch on a rollout worker (0: its whole "
+        "shard); bounds a worker's KV-cache memory, does not change the samples (sampling "
+        "is seeded per episode, so 0, 1 or N workers give the same trajectories)",
+        ge=0,
+        fix="0 plays a worker's whole shard in one batch; e.g. 4 caps it at 4 groups",
     )
     train_ranks: int = option(
         1,
         "1 updates in this process; M >= 2 updates data-parallel on M torch.distributed ranks",
         ge=1,
+    )
+    train_sharding: str = option(
+        "replicate",
+        "with train_ranks > 1: replicate (every rank a full copy of weights, gradients and "
+        "optimizer state) or fsdp (FSDP2: all three sharded over the ranks per decoder "
+        "layer; needs rollout_workers >= 1, which hold the whole weights for generation)",
+        choices=("replicate", "fsdp"),
     )
     ray_address: str | None = option(
         None, "the Ray cluster; null: $RAY_ADDRESS when set, else a local Ray instance"
@@ -781,14 +789,14 @@ def _check_filter(f: FilterConfig) -> None:
 
 
 def _check_scale_out(t: TrainerSection, r: RolloutConfig) -> None:
-    units = -(-r.env_groups // t.worker_batch_groups)
-    if t.rollout_workers > units:
-        most = max(r.env_groups // t.rollout_workers, 1)
-        _fail("trainer.rollout_workers",
-              f"{t.rollout_workers} workers for {units} sampling unit(s) (rollout.env_groups="
-              f"{r.env_groups} in units of trainer.worker_batch_groups="
-              f"{t.worker_batch_groups}): {t.rollout_workers - units} would stay idle",
-              f"trainer.worker_batch_groups={most}, or fewer workers")  # fmt: skip
+    """The scale-out keys that must agree (any worker count suits any number of groups:
+    extra workers idle)."""
+    if t.train_sharding == "fsdp" and t.train_ranks > 1 and t.rollout_workers < 1:
+        _fail("trainer.train_sharding",
+              "fsdp keeps no whole copy of the weights in the trainer, so it cannot generate "
+              "rollouts in this process (trainer.rollout_workers=0)",
+              "trainer.rollout_workers=1 or more (the workers hold the whole weights), or "
+              "trainer.train_sharding=replicate")  # fmt: skip
     if t.rollout_workers > 0 or t.train_ranks > 1:
         # deferred: ragen.distributed imports the trainer (and Ray is optional)
         from ragen.distributed.ray_setup import INSTALL_HINT, ray_installed

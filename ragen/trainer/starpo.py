@@ -22,6 +22,7 @@ chosen). Only positions with ``response_mask == 1`` (sampled ids) are trained.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import math
@@ -125,11 +126,28 @@ def token_values(
     return values, final
 
 
+def logprob_agreement(batch: TrainingBatch) -> dict[str, float]:
+    """How far the trainer's old log-probs are from the generation's, on sampled ids.
+
+    Generation and training use the same weights; a gap here means a numerical or
+    template mismatch between the engine and the trainer, or a rollout worker holding
+    other weights (worth a look if large)."""
+    mask = batch.response_mask
+    diff = (batch.old_log_prob - batch.gen_log_prob).abs()
+    return {
+        "actor/gen_logprob_abs_diff": float(algo.masked_mean(diff, mask)),
+        "actor/gen_logprob_max_diff": float((diff * mask).max()),
+    }
+
+
 # --------------------------------------------------------------------------------------
 class StarPOTrainer:
     """Multi-turn PPO/GRPO/TRICO trainer. ``StarPOTrainer(cfg).train()`` runs a whole job."""
 
     _nonfinite_loss = ""  # the first NaN/inf loss of the current minibatch, if any
+    # sharded ranks run every backward (their gradient reduction is a collective): a
+    # NaN/inf loss is back-propagated there, and its NaN gradient stops every rank alike
+    _collective_backward = False
 
     def __init__(self, cfg: TrainConfig, argv: Sequence[str] | None = None):
         """``argv``: the ``ragen train`` arguments that built ``cfg``; the message after
@@ -575,12 +593,16 @@ class StarPOTrainer:
         return path
 
     def _write_checkpoint(self, step: int) -> Path:
+        with self.phases().whole_state() as (actor, critic, optimizers):
+            return self._save(step, actor, critic, optimizers)
+
+    def _save(self, step: int, actor, critic, optimizers) -> Path:
         return self.checkpoints.save(
             step,
-            actor=self.actor,
+            actor=actor,
             tokenizer=self.tokenizer,
-            critic=self.critic,
-            optimizers=self._optimizers(),
+            critic=critic,
+            optimizers=optimizers,
             schedulers=self._schedulers(),
             trainer_state={
                 "step": step,
@@ -590,6 +612,19 @@ class StarPOTrainer:
             config=to_dict(self.cfg),
             overwrite=False,
         )
+
+    def phases(self) -> Any:
+        """Who runs the model phases of a step (``ragen.distributed.phases.ModelPhases``:
+        ``score_batch``, ``update``, ``reasoning_stats``, ``whole_state``): this trainer,
+        or with ``trainer.train_ranks > 1`` the ranks (``ragen.distributed``)."""
+        updater = self.scale.updater if self.scale is not None else None
+        return updater or self
+
+    @contextlib.contextmanager
+    def whole_state(self, load: bool = False):
+        """``(actor, critic, optimizers)`` whole, as a checkpoint holds them: in one process
+        the trainer's own (sharded ranks gather them, and after ``load=True`` put back)."""
+        yield self.actor, self.critic, self._optimizers()
 
     def rollout(self, manager, seeds: list[int], temperature: float, sample_seed: int):
         from ragen.agent.rollout import run_rollout
@@ -656,7 +691,7 @@ class StarPOTrainer:
             # reasoning/cond_entropy, reasoning/mutual_info: does the thought still depend
             # on the prompt? (one extra forward pass, ragen.trainer.reasoning_stats)
             tic = time.perf_counter()
-            metrics.update(self.reasoning_stats(trajectories, step))
+            metrics.update(self.phases().reasoning_stats(trajectories, step))
             timing["timing/reasoning_stats"] = time.perf_counter() - tic
 
         # StarPO-S filter on RAW episode scores (never on normalized ones: docs/ARCHITECTURE.md, "Pitfalls")
@@ -704,19 +739,21 @@ class StarPOTrainer:
             self.cfg, batch.size, data_parallel
         )
         self._critic_stats = None
-        if not self._old_from_update:
-            tic = time.perf_counter()
-            self.compute_old_log_probs(batch, metrics)
+        tic = time.perf_counter()
+        phases = self.phases()  # this process, or the ranks (trainer.train_ranks > 1)
+        if self._old_from_update:  # one process: the update's forward gives the old log-probs
+            if critic_pass:  # the critic's update, whose forward gives the values
+                self.signals.abandonable = False  # it changes weights: the step finishes
+                try:
+                    self._critic_stats = self._critic_update_pass(batch, step)
+                except NonFiniteUpdate as err:
+                    raise self._nonfinite_error(step, batch, str(err), metrics) from None
+            elif self.critic is not None:
+                self.compute_values(batch)
+        else:
+            phases.score_batch(batch, metrics)
             timing["timing/old_log_prob"] = time.perf_counter() - tic
         tic = time.perf_counter()
-        if critic_pass:  # the critic's update, whose forward gives the values
-            self.signals.abandonable = False  # it changes weights: the step finishes
-            try:
-                self._critic_stats = self._critic_update_pass(batch, step)
-            except NonFiniteUpdate as err:
-                raise self._nonfinite_error(step, batch, str(err), metrics) from None
-        elif self.critic is not None:
-            self.compute_values(batch)
         self.compute_advantages(batch, metrics, estimated=critic_pass)
         if a.advantage_floor is not None:
             metrics.update(floor_advantages(batch, a.advantage_floor))
@@ -727,16 +764,15 @@ class StarPOTrainer:
 
         tic = time.perf_counter()
         self.signals.abandonable = False  # from here on the step changes weights: it finishes
-        updater = self.scale.updater if self.scale is not None else None
         # train_ranks > 1: this same update, data-parallel (ragen.distributed.data_parallel)
         try:
-            update_metrics = (updater or self).update(batch, step)
+            update_metrics = phases.update(batch, step)
         except NonFiniteUpdate as err:
             raise self._nonfinite_error(step, batch, str(err), metrics) from None
         self._step_trained = True
         metrics.update(update_metrics)
         if self._old_from_update:  # filled by the update's forward
-            self._gen_logprob_metrics(batch, metrics)
+            metrics.update(logprob_agreement(batch))
         timing["timing/update"] = time.perf_counter() - tic
         self.actor_sched.step()
         if self.critic_sched is not None:
@@ -880,6 +916,13 @@ class StarPOTrainer:
         budget = self.cfg.algo.micro_token_budget or self.token_budget
         return micro_batches(batch, rows, budget)
 
+    def score_batch(self, batch: TrainingBatch, metrics: dict[str, float]) -> None:
+        """The batch's scores before advantages: old (and reference) log-probs, and the
+        critic's values when there is a critic."""
+        self.compute_old_log_probs(batch, metrics)
+        if self.critic is not None:
+            self.compute_values(batch)
+
     @torch.no_grad()
     def compute_old_log_probs(self, batch: TrainingBatch, metrics: dict[str, float]) -> None:
         """old_log_prob (and ref_log_prob when KL is on), recomputed by the training model."""
@@ -907,16 +950,7 @@ class StarPOTrainer:
                 if ref is not None:
                     ref[rows, :L] = self._ref_log_probs(mb, temperature)
         batch.old_log_prob, batch.ref_log_prob, batch.old_entropy = old, ref, ent
-        self._gen_logprob_metrics(batch, metrics)
-
-    @staticmethod
-    def _gen_logprob_metrics(batch: TrainingBatch, metrics: dict[str, float]) -> None:
-        old, mask = batch.old_log_prob, batch.response_mask
-        diff = (old - batch.gen_log_prob).abs()
-        # Generation and training use the same weights; a gap here means a numerical or
-        # template mismatch between the engine and the trainer (worth a look if large).
-        metrics["actor/gen_logprob_abs_diff"] = float(algo.masked_mean(diff, mask))
-        metrics["actor/gen_logprob_max_diff"] = float((diff * mask).max())
+        metrics.update(logprob_agreement(batch))
 
     def _ref_log_probs(self, mb: TrainingBatch, temperature: float) -> torch.Tensor:
         args = (mb.input_ids, mb.attention_mask, temperature, mb.response_mask)
@@ -1147,6 +1181,8 @@ class StarPOTrainer:
             problem = nonfinite_loss(loss, "actor loss", self.actor)
             if problem:  # no backward; _optimizer_step stops the step
                 self._nonfinite_loss = self._nonfinite_loss or problem
+                if self._collective_backward:
+                    loss.backward()
                 continue
             loss.backward()
             # losses are parts of the minibatch loss already: they add up
@@ -1197,6 +1233,8 @@ class StarPOTrainer:
             problem = nonfinite_loss(loss, "critic's value loss", self.critic)
             if problem:  # no backward; _optimizer_step stops the step
                 self._nonfinite_loss = self._nonfinite_loss or problem
+                if self._collective_backward:
+                    loss.backward()
                 continue
             loss.backward()
             stats["critic/value_loss"] += float(loss.detach())
