@@ -29,6 +29,7 @@ class SFTStage:
     batch_size: int = 32  # samples (turns) per optimizer step
     lr: float = 3e-3
     warmup_frac: float = 0.0  # linear warm-up share of the optimizer steps
+    adam_beta2: float = 0.999  # AdamW's second-moment decay (0.95: faster adaptation)
     heldout_episodes: int = 256  # expert episodes kept apart: loss/accuracy per epoch
     micro_token_budget: int = 16384  # padded tokens per forward/backward micro-batch
     bf16: bool = False  # bf16 autocast (CUDA; a CPU with bf16 instructions)

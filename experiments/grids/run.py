@@ -147,6 +147,7 @@ def warm_job(out: Path, cfg: StudyConfig, env: str, seed: int) -> dict[str, Any]
         batch_size=s.batch_size,
         lr=s.lr,
         warmup_frac=s.warmup_frac,
+        adam_beta2=s.adam_beta2,
         heldout_episodes=s.heldout_episodes,
         micro_token_budget=s.micro_token_budget,
         bf16=s.bf16,

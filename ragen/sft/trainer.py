@@ -79,6 +79,10 @@ class SFTConfig:
     # linear warm-up over this fraction of the optimizer steps, then cosine decay to 10%
     warmup_frac: float = 0.0
     weight_decay: float = 0.0
+    # AdamW's second-moment decay. 0.95 (as in most LLM pretraining) adapts the step
+    # size faster than PyTorch's 0.999 when the gradient scale changes, as it does when
+    # a from-scratch model leaves its loss plateau (docs/RESULTS.md, "SFT plateau")
+    adam_beta2: float = 0.999
     # expert episodes (from validation-disjoint training states, apart from the training
     # data) whose loss and per-token accuracy are measured after every epoch: does the
     # warm start fit what it was taught? 0 = no held-out slice
@@ -120,6 +124,10 @@ class SFTConfig:
             raise ConfigError(
                 f"lr: the learning rate must be a finite number > 0, got {self.lr}. "
                 "Fix: e.g. --lr 5e-4 (the default)"
+            )
+        if not 0 < self.adam_beta2 < 1:
+            raise ConfigError(
+                f"adam_beta2: must be in (0, 1), got {self.adam_beta2}. Fix: e.g. 0.95 or 0.999"
             )
         if not 0 <= self.weight_decay < math.inf:
             raise ConfigError(
@@ -286,7 +294,9 @@ def train_sft(
     text_tok = text_tokenizer(tokenizer)
     pad_id = text_tok.pad_token_id if text_tok.pad_token_id is not None else text_tok.eos_token_id
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    optimizer = torch.optim.AdamW(
+        params, lr=cfg.lr, betas=(0.9, cfg.adam_beta2), weight_decay=cfg.weight_decay
+    )
     rng = random.Random(cfg.seed)
     order = list(range(len(data)))
     steps_per_epoch = math.ceil(len(data) / cfg.batch_size)
