@@ -166,7 +166,7 @@ def test_a_time_budget_shortens_the_schedule_so_it_still_decays(tiny_model_dir, 
     data = make_expert_data(tok, cfg)
     total = math.ceil(len(data) / cfg.batch_size) * cfg.epochs
     clock = itertools.count(0.0, 0.01)  # a fake clock: 10 ms per reading, about one per step
-    monkeypatch.setattr(sft.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(sft, "_clock", lambda: next(clock))
     history = train_sft(model, tok, data, cfg, log=lambda m: None)
     assert sft.BUDGET_PROBE_STEPS < len(history) < total  # stopped at what fits ...
     assert history[-1]["lr"] == pytest.approx(1e-4)  # ... with the decay run to 10% of peak

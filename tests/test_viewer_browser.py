@@ -323,7 +323,7 @@ def warm_model(tiny_model_dir, tmp_path_factory):
     from ragen.agent import RolloutConfig
     from ragen.sft.trainer import SFTConfig, run_sft
 
-    cfg = SFTConfig(env="bandit", rollout=RolloutConfig(max_turns=1), episodes=48, epochs=6)
+    cfg = SFTConfig(env="bandit", rollout=RolloutConfig(max_turns=1), episodes=96, epochs=8)
     cfg.batch_size, cfg.lr = 8, 3e-3
     out = tmp_path_factory.mktemp("warm") / "sft"
     return str(run_sft(tiny_model_dir, out, cfg, log=lambda *_: None))

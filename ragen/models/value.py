@@ -238,9 +238,7 @@ def critic_values(
 SHARDED_VALUES = "ragen_values"
 
 
-def split_values(
-    backbone, head, input_ids, attention_mask, position_ids, shared: int, groups=None
-):
+def split_values(backbone, head, input_ids, attention_mask, position_ids, shared: int, groups=None):
     """``(B, T)`` values from the backbone (its first ``shared`` columns run once, their
     values 0; ``groups``: rows sharing a prompt, ``ragen.models.logprobs.prompt_groups``)
     and the value head: the critic's forward without head dropout."""

@@ -43,6 +43,9 @@ SFT_HELDOUT_STEP = 10_000_001  # ... and the step of the held-out slice (never t
 SFT_LABELS = ("expert", "played")
 # a time budget times optimizer steps WARMUP_STEPS+1 .. BUDGET_PROBE_STEPS (the first ones
 # pay one-off costs: kernel selection, CUDA context, caches) before shortening the schedule
+#: the wall clock the time budget reads (a test replaces it with a fake one)
+_clock = time.perf_counter
+
 BUDGET_WARMUP_STEPS = 5
 BUDGET_PROBE_STEPS = 25
 
@@ -331,7 +334,7 @@ def train_sft(
 
     model.train()
     step = 0
-    tic = time.perf_counter()
+    tic = _clock()
     for epoch in range(cfg.epochs):
         rng.shuffle(order)
         for start in range(0, len(order), cfg.batch_size):
@@ -362,7 +365,7 @@ def train_sft(
                 "loss": loss_sum / max(total_tokens, 1.0),
                 "grad_norm": grad_norm,
                 "lr": sched.get_last_lr()[0],
-                "elapsed_s": time.perf_counter() - tic,
+                "elapsed_s": _clock() - tic,
             }
             history.append(record)
             if step == 1 or step % 10 == 0 or step == plan["total"]:
@@ -370,10 +373,10 @@ def train_sft(
                     f"sft step {step}/{plan['total']} epoch {epoch} loss {record['loss']:.4f} ({record['elapsed_s']:.0f}s)"
                 )
             if step == BUDGET_WARMUP_STEPS:
-                probe_tic = time.perf_counter()
+                probe_tic = _clock()
             if cfg.max_seconds is not None and step == BUDGET_PROBE_STEPS:
-                spent = time.perf_counter() - tic
-                per_step = (time.perf_counter() - probe_tic) / (step - BUDGET_WARMUP_STEPS)
+                spent = _clock() - tic
+                per_step = (_clock() - probe_tic) / (step - BUDGET_WARMUP_STEPS)
                 fits = step + int(max(0.0, cfg.max_seconds - spent) / per_step)
                 if fits < plan["total"]:
                     log(f"sft: {per_step:.2f}s per step, {fits} of {plan['total']} steps fit")
