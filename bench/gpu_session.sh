@@ -14,7 +14,8 @@
 #        (measured on an H200 already: not in the default stages)
 # grid   grid RL at 16x the demo's episodes per update (experiments.grid_scale.run),
 #        time-boxed to end SECONDS after this script started; $GRID_VARIANTS and
-#        $GRID_ENVS override what runs (docs/RESULTS.md, "GPU: 16x the episodes ..."),
+#        $GRID_ENVS override what runs (docs/notebook/2026-11-results-history.md,
+#        "GPU: 16x the episodes ..."),
 #        $GRID_ARGS adds options (e.g. "--size micro --sft-episodes 8192" for other warm
 #        starts) and $GRID_OUT moves the run folder (default runs/grid_scale)
 #
@@ -27,8 +28,8 @@
 # one process per (env, seed, variant), six at most.
 #
 # Default grid runs: Sokoban's x16-all and FrozenLake's x16-all-1opt (run by the second
-# session, docs/RESULTS.md "A second H200 session": Sokoban +0.8 in 26-27 steps, so RL
-# size is not its lever). What the evidence leaves for a next session is Sokoban's warm
+# session, docs/notebook/2026-11-results-history.md, "A second H200 session": Sokoban
+# +0.8 in 26-27 steps, so RL size is not its lever). What the evidence leaves for a next session is Sokoban's warm
 # start: 4x the SFT data (about 4 minutes of SFT on the H200), then x16-all for what is
 # left, and the test suite (the VLM processor fix is not yet verified on the GPU's
 # transformers 5.17 with torchvision):

@@ -1,4 +1,4 @@
-"""The `vagen` preset against VAGEN's published bi-level GAE (issue 36, item 14).
+"""The `vagen` preset against VAGEN's published bi-level GAE, so "VAGEN's defaults" is checked.
 
 ``vagen_reference`` below is a per-token loop written from VAGEN's published recursion
 (vagen-legacy ``compute_bi_level_gae_advantage_return`` with a reward mask at the end of

@@ -1,4 +1,4 @@
-"""Issue 36, item 4: the run folder's disk fills up while a checkpoint is saved.
+"""The run folder's disk fills up while a checkpoint is saved.
 
 The disk is filled by making the checkpoint writer fail as a full disk makes it fail:
 ``OSError(ENOSPC)`` from Python's writers, or torch's ``RuntimeError("basic_ios::clear:

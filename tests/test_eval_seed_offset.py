@@ -1,4 +1,4 @@
-"""Issue 36, item 7: ``ragen eval --seed-offset 99996`` (the largest offset the error
+"""``ragen eval --seed-offset 99996`` (the largest offset the error
 message suggests for 4 groups) was silent for 90 s on Sokoban while it searched 100,000
 validation states. Now the search reports its progress, runs once per eval (not once per
 batch), and the bound says what it costs."""

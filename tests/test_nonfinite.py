@@ -1,4 +1,4 @@
-"""Issue 36, item 2: NaN and inf never pass silently.
+"""NaN and inf never pass silently.
 
 Every float config key rejects NaN/inf at load (the issue's inputs replayed one by one,
 then every float key of the config tree); a NaN loss or gradient stops the step before

@@ -1,4 +1,4 @@
-"""Issue 36, item 6: inputs that gave a traceback where one line is due, replayed.
+"""Inputs that gave a traceback where one line is due, replayed (docs/RELIABILITY.md).
 
 Each command must exit with status 2 and print exactly one ``ragen CMD: error:`` line
 that names the problem and the fix; and user errors raised below the CLI (bad option
@@ -148,7 +148,7 @@ def test_user_caused_value_errors_are_user_errors():
         _raises_user_error(call, cls, match)
 
 
-# issue 35: the last ones a probe of bad files, options and folders found
+# the last ones a probe of bad files, options and folders found
 @pytest.mark.parametrize(
     "text, expected",
     [

@@ -1,4 +1,4 @@
-"""Reasoning formats through the rollout, SFT data, config and trainer (issue 14).
+"""Reasoning formats through the rollout, SFT data, config and trainer.
 
 The parsing and the scores themselves are tested by hand-built cases in
 test_reasoning_formats.py and test_reasoning_rewards.py; here: the expert writes every

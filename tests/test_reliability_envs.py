@@ -1,5 +1,6 @@
-"""Issue 36 ("no silent garbage"), the environment items: each test replays the input the
-probe used and checks what the program does now (docs/RELIABILITY_ENVS.md lists them)."""
+"""No silent garbage from environments, served environments, the `vagen` preset and the
+docs: each test replays the input a probe used and checks what the program does now
+(docs/RELIABILITY.md lists them)."""
 
 from __future__ import annotations
 

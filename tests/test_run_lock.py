@@ -1,6 +1,6 @@
-"""Issue 36, item 3: two trainings on one trainer.run_dir. The second is refused with one
-line naming the holder, before it writes anything; a lock left by a dead process
-(``kill -9``) never blocks."""
+"""Two trainings on one trainer.run_dir (the second used to replace the first's config and
+metrics). The second is refused with one line naming the holder, before it writes
+anything; a lock left by a dead process (``kill -9``) never blocks."""
 
 import json
 import os

@@ -1,6 +1,6 @@
-"""ragen view on damaged run folders (issue 36, item 5): each damaged file is skipped, the
-skip is said (stderr and the overview page), and the rest of the site is built. Each
-test replays one of the inputs that used to stop the build."""
+"""ragen view on damaged run folders: each damaged file is skipped, the skip is said
+(stderr and the overview page), and the rest of the site is built. Each test replays one
+of the inputs that used to stop the build."""
 
 import json
 import random

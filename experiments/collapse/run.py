@@ -46,7 +46,7 @@ RUNS = {
     # the example: roll back and halve the actor lr (twice at most)
     "grpo-rollback-lr": ("grpo", [*_ROLLBACK, "trainer.rollback_change=[model.actor_lr=*0.5]"]),
     # roll back and drop GRPO's std division (Dr.GRPO's estimator and loss aggregation),
-    # the cause of this collapse per docs/RESULTS.md
+    # the cause of this collapse (docs/FINDINGS.md, section 1)
     "grpo-rollback-drgrpo": (
         "grpo",
         [

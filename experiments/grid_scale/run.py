@@ -9,8 +9,8 @@ averages over many more episodes than the demo's 64?
         --variant x16-all:groups=64,group_size=16,algo.filter.value=1.0,algo.ppo_mini_batch_size=768
     python -m experiments.grid_scale.run --out runs/grid_scale --report-only   # table + curves.png
 
-``bench/gpu_session.sh`` runs it on a lent GPU; docs/RESULTS.md ("GPU: 16x the episodes
-per update on the grids") has what it measured on an H200: FrozenLake +12.2 ± 6.4 points
+``bench/gpu_session.sh`` runs it on a lent GPU; docs/RESULTS.md ("FrozenLake") has what
+it measured on an H200: FrozenLake +12.2 ± 6.4 points
 for ``x16-all`` in 40 steps. On a 2-core CPU one ``x16-all`` step takes about 100 s.
 
 Two phases, each a pool of single-threaded processes (``--jobs`` at a time; on a GPU

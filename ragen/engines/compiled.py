@@ -121,7 +121,7 @@ class StaticHFEngine(HFEngine):
     exactly; the prefill widens a copy). The residual stream, norms, RoPE, softmax and
     attention arithmetic stay fp32. NOT exact: log-probs differ from the trainer's fp32
     recompute by ~1e-3 on average, ~5e-3 at most, and most rows draw other ids within a
-    few steps (docs/RESULTS.md, issue 17, "bf16, opt-in"). Requested where the direct
+    few steps (docs/RESULTS.md, "Rollout and update speed"). Requested where the direct
     step (or the kernel) is unavailable, they log a warning and decode in the model's
     dtype.
     """

@@ -8,8 +8,8 @@ matmuls (``ragen.engines.gqa_attention.gqa_decode_attention``) that is ``b * H_k
 GEMMs per product; with K/V coming from memory (every layer's K/V is read once per
 step, ~15 MB per layer for 128 rows of ``tiny:nano`` at a 230-token context, more than
 the caches hold) they ran at ~10 GB/s on the dev CPU, 2.6x slower than a plain
-streaming read of the same bytes (``docs/RESULTS.md``, issue 17, "decode attention
-kernel"). The loops here read each K row and each V row once, sequentially:
+streaming read of the same bytes (``docs/notebook/2026-11-results-history.md``,
+"Decode step at memory speed"). The loops here read each K row and each V row once, sequentially:
 
     s[r, h, g, l] = scale * <q[r, h*G + g], K[r, h, l]> + mask[r, l]    (scores)
     p = softmax(s, over l)                                               (torch)

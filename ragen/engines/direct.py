@@ -29,9 +29,9 @@ float rounding (``tests/test_engines_static.py``). ``attention`` is the C kernel
 :func:`ragen.engines.gqa_attention.gqa_decode_attention`.
 
 Why: the glue hands the attention the raw preallocated buffers and the 2-D mask, which
-the C kernel needs (that is most of the gain, docs/RESULTS.md, issue 17, "direct
-step"). On its own, skipping transformers' per-module overhead (attention interface
-dispatch, mask utilities, ``DynamicCache.update``, output dataclasses,
+the C kernel needs (that is most of the gain, docs/notebook/2026-11-results-history.md,
+"Decode step at memory speed"). On its own, skipping transformers' per-module overhead
+(attention interface dispatch, mask utilities, ``DynamicCache.update``, output dataclasses,
 ``rotate_half``'s slices and cat) saved 0-4% of a ``tiny:nano`` step on the dev CPU:
 with one thread the small ops were never the bulk of it.
 

@@ -75,7 +75,7 @@ class SFTConfig:
     # padded tokens per forward/backward micro-batch. 4096 pads Sokoban expert data 9%
     # (16384: 20%) and ran an epoch 1.3-1.4x faster with the same losses, but in one
     # demo-length run the grid phase change came later; kept at 16384 until measured on
-    # more seeds (docs/RESULTS.md, "Rollout and update speed")
+    # more seeds (docs/RESULTS.md, "SFT warm starts and the SFT loss plateau")
     # 0 (auto): 16384, or what fits in free memory when less (ragen.models.memory)
     micro_token_budget: int = 0
     lr: float = 5e-4
@@ -84,7 +84,8 @@ class SFTConfig:
     weight_decay: float = 0.0
     # AdamW's second-moment decay. 0.95 (as in most LLM pretraining) adapts the step
     # size faster than PyTorch's 0.999 when the gradient scale changes, as it does when
-    # a from-scratch model leaves its loss plateau (docs/RESULTS.md, "SFT plateau")
+    # a from-scratch model leaves its loss plateau (docs/RESULTS.md, "SFT warm starts and
+    # the SFT loss plateau")
     adam_beta2: float = 0.999
     # expert episodes (from validation-disjoint training states, apart from the training
     # data) whose loss and per-token accuracy are measured after every epoch: does the
@@ -107,7 +108,7 @@ class SFTConfig:
     # grads and AdamW stay float32; a no-op elsewhere: ragen.models.precision). On the
     # dev CPU (avx512_bf16) 1.4x faster, the same loss for 16 steps, but in the demo's
     # 1,032-step Sokoban warm start the loss plateau lasted longer (docs/RESULTS.md,
-    # "Rollout and update speed"), so it is off by default
+    # "SFT warm starts and the SFT loss plateau"), so it is off by default
     bf16: bool = False
 
     def validate(self) -> None:

@@ -25,7 +25,8 @@ A drop signal also needs its peak to be meaningful: ``a_t`` must have fallen by 
 ``min_drop`` in absolute terms, so a metric that is already ~0 cannot "halve" on noise.
 
 The defaults of :class:`CollapseConfig` were measured on the bandit echo-trap runs
-(docs/RESULTS.md, "Echo-trap early warning"): each threshold keeps a margin beyond the
+(docs/notebook/2026-11-results-history.md, "Echo-trap early warning"): each threshold
+keeps a margin beyond the
 most extreme value its diagnostic reached on the healthy StarPO / StarPO-S runs of seeds
 0 and 1 (seed 2 held out to check them).
 """
@@ -71,7 +72,7 @@ class CollapseConfig:
 
     The thresholds are 0.9x (drops) or 1.5-2x (spike, surge) the most extreme value seen
     on the healthy StarPO / StarPO-S bandit runs of seeds 0 and 1, rounded to 0.05
-    (docs/RESULTS.md, "Echo-trap early warning").
+    (docs/notebook/2026-11-results-history.md, "Echo-trap early warning").
     """
 
     enabled: bool = option(True, "run the echo-trap detector over each step's metrics")
