@@ -170,3 +170,26 @@ def test_a_time_budget_shortens_the_schedule_so_it_still_decays(tiny_model_dir, 
     history = train_sft(model, tok, data, cfg, log=lambda m: None)
     assert sft.BUDGET_PROBE_STEPS < len(history) < total  # stopped at what fits ...
     assert history[-1]["lr"] == pytest.approx(1e-4)  # ... with the decay run to 10% of peak
+
+
+def test_a_model_stuck_at_the_fit_check_is_drawn_again(tiny_model_dir, tmp_path):
+    """A from-scratch model that fails the fit check restarts from a new init (at most
+    fit_restarts times, then trains on); the restarts are recorded. A few steps never
+    fit every reply, so every check fails here."""
+    import json
+
+    from ragen.sft.trainer import run_sft
+
+    cfg = SFTConfig(env="frozen_lake", episodes=6, rollout=WINDOWED, epochs=2, batch_size=8,
+                    lr=1e-3, fit_check=0.5, fit_min_reply_accuracy=1.0, fit_restarts=2)  # fmt: skip
+    lines = []
+    out = run_sft(tiny_model_dir, tmp_path / "sft", cfg, log=lines.append)
+    history = [json.loads(x) for x in (out / "sft_metrics.jsonl").read_text().splitlines()]
+    restarts = history[0]["restarts"]
+    assert [r["next_init_seed"] for r in restarts] == [1000, 2000]
+    assert all(0 <= r["reply_accuracy"] < 1.0 and r["step"] >= 1 for r in restarts)
+    assert sum("restart" in x for x in lines) == 2
+    assert any("fit check failed" in x and "training on" in x for x in lines)  # the last try
+    assert history[-1]["step"] == len(history)  # the last try ran its whole schedule
+    with pytest.raises(ConfigError, match="fit_check"):
+        SFTConfig(fit_check=1.5).validate()

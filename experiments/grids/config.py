@@ -30,6 +30,11 @@ class SFTStage:
     lr: float = 3e-3
     warmup_frac: float = 0.0  # linear warm-up share of the optimizer steps
     adam_beta2: float = 0.999  # AdamW's second-moment decay (0.95: faster adaptation)
+    # restart a from-scratch model still on its loss plateau at this share of the steps
+    # (reply accuracy on training samples below fit_min_reply_accuracy); 0: off
+    fit_check: float = 0.0
+    fit_min_reply_accuracy: float = 0.5
+    fit_restarts: int = 0
     heldout_episodes: int = 256  # expert episodes kept apart: loss/accuracy per epoch
     micro_token_budget: int = 16384  # padded tokens per forward/backward micro-batch
     bf16: bool = False  # bf16 autocast (CUDA; a CPU with bf16 instructions)

@@ -148,6 +148,9 @@ def warm_job(out: Path, cfg: StudyConfig, env: str, seed: int) -> dict[str, Any]
         lr=s.lr,
         warmup_frac=s.warmup_frac,
         adam_beta2=s.adam_beta2,
+        fit_check=s.fit_check,
+        fit_min_reply_accuracy=s.fit_min_reply_accuracy,
+        fit_restarts=s.fit_restarts,
         heldout_episodes=s.heldout_episodes,
         micro_token_budget=s.micro_token_budget,
         bf16=s.bf16,
@@ -174,6 +177,7 @@ def warm_job(out: Path, cfg: StudyConfig, env: str, seed: int) -> dict[str, Any]
         for r in history
         if "heldout_loss" in r or "sft_state_success" in r
     ]
+    restarts = history[0].get("restarts", []) if history else []
     result = heldout_success(cfg, env, str(folder))
     return {
         "env": env,
@@ -184,6 +188,7 @@ def warm_job(out: Path, cfg: StudyConfig, env: str, seed: int) -> dict[str, Any]
             "sft_steps": len(history),
             "sft_final_loss": history[-1]["loss"] if history else None,
             "fit": fit,
+            "restarts": restarts,
         },
     }
 

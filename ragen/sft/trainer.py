@@ -43,6 +43,9 @@ SFT_HELDOUT_STEP = 10_000_001  # ... and the step of the held-out slice (never t
 SFT_LABELS = ("expert", "played")
 # a time budget times optimizer steps WARMUP_STEPS+1 .. BUDGET_PROBE_STEPS (the first ones
 # pay one-off costs: kernel selection, CUDA context, caches) before shortening the schedule
+#: training samples the fit check scores (``SFTConfig.fit_check``)
+FIT_CHECK_SAMPLES = 256
+
 #: the wall clock the time budget reads (a test replaces it with a fake one)
 _clock = time.perf_counter
 
@@ -97,6 +100,17 @@ class SFTConfig:
     # (rollout.reasoning, what RL and evaluation play) shares its circuits with
     aux_reasoning: str | None = None
     aux_episodes: int = 0
+    # A from-scratch model either leaves its loss plateau (predicting the most common
+    # move) or stays on it, depending on its random init (docs/RESULTS.md, "SFT warm
+    # starts and the SFT loss plateau"). With fit_check > 0 the fit is checked once that
+    # fraction of the optimizer steps has run: the greedy reply must match the expert's
+    # on at least fit_min_reply_accuracy of a slice of the training data (never the
+    # validation states), else a from-scratch tiny model is drawn again with a new init
+    # seed and trained from the start, at most fit_restarts times. A pretrained model is
+    # never re-drawn: a failed check is logged and training goes on
+    fit_check: float = 0.0
+    fit_min_reply_accuracy: float = 0.5
+    fit_restarts: int = 0
     # wall-clock budget of the optimizer steps (None: every epoch): after the first
     # steps the schedule is shortened to the steps that fit, so warm-up and decay still
     # run their course
@@ -128,6 +142,16 @@ class SFTConfig:
             raise ConfigError(
                 f"lr: the learning rate must be a finite number > 0, got {self.lr}. "
                 "Fix: e.g. --lr 5e-4 (the default)"
+            )
+        if not 0 <= self.fit_check < 1:
+            raise ConfigError(
+                f"fit_check: the share of the optimizer steps after which the fit is "
+                f"checked must be in [0, 1), got {self.fit_check}. Fix: e.g. 0.5, or 0 (off)"
+            )
+        if not 0 <= self.fit_min_reply_accuracy <= 1 or self.fit_restarts < 0:
+            raise ConfigError(
+                f"fit_min_reply_accuracy must be in [0, 1] (got {self.fit_min_reply_accuracy}) "
+                f"and fit_restarts >= 0 (got {self.fit_restarts}). Fix: e.g. 0.5 and 2"
             )
         if not 0 < self.adam_beta2 < 1:
             raise ConfigError(
@@ -171,6 +195,14 @@ class SFTConfig:
             raise ConfigError(f"aux_episodes must be >= 0, got {self.aux_episodes}")
         if self.heldout_episodes < 0:
             raise ConfigError(f"heldout_episodes must be >= 0, got {self.heldout_episodes}")
+
+
+class SFTPlateau(Exception):
+    """The fit check failed on a model that may be drawn again (:func:`run_sft`)."""
+
+    def __init__(self, step: int, reply_accuracy: float):
+        super().__init__(f"reply accuracy {reply_accuracy:.3f} after {step} steps")
+        self.step, self.reply_accuracy = step, reply_accuracy
 
 
 def make_expert_data(
@@ -279,8 +311,12 @@ def train_sft(
     heldout: list[Trajectory] | None = None,
     on_epoch=None,
     dump_dir: str | Path | None = None,
+    restartable: bool = False,
 ) -> list[dict]:
     """Train ``model`` in place on ``data``; returns per-step metrics.
+
+    ``restartable``: a failed fit check (``cfg.fit_check``) raises :class:`SFTPlateau`
+    (the caller draws the model again); otherwise it is logged and training goes on.
 
     ``heldout``: expert samples never trained on; after every epoch their loss and
     accuracy (:func:`sft_fit`) join that epoch's last record as ``heldout_*``, and the
@@ -316,6 +352,7 @@ def train_sft(
     if heldout and processor is not None:
         raise UsageError("held-out fit is measured for text models only (no pixels)")
     probe_train = rng.sample(data, min(len(data), len(heldout))) if heldout else None
+    fit_rows = rng.sample(data, min(len(data), FIT_CHECK_SAMPLES)) if cfg.fit_check else None
     history = []
 
     def epoch_end(epoch: int) -> None:
@@ -382,6 +419,16 @@ def train_sft(
                 if fits < plan["total"]:
                     log(f"sft: {per_step:.2f}s per step, {fits} of {plan['total']} steps fit")
                     plan["total"] = fits
+            if fit_rows and step == max(1, math.ceil(cfg.fit_check * plan["total"])):
+                model.eval()
+                accuracy = sft_fit(model, fit_rows, pad_id, budget)["reply_accuracy"]
+                model.train()
+                record["fit_check_reply_accuracy"] = accuracy
+                if accuracy < cfg.fit_min_reply_accuracy:
+                    if restartable:
+                        raise SFTPlateau(step, accuracy)
+                    log(f"sft: fit check failed (reply accuracy {accuracy:.3f} < "
+                        f"{cfg.fit_min_reply_accuracy}); training on")  # fmt: skip
             if step >= plan["total"]:
                 break
         if step >= plan["total"] and epoch + 1 < cfg.epochs:
@@ -481,9 +528,25 @@ def run_sft(
         # RL run agree on which modules carry adapters
         model = apply_lora(model, LoraConfig(rank=cfg.lora_rank, alpha=cfg.lora_alpha))
     heldout = make_expert_data(tokenizer, cfg, "heldout") if cfg.heldout_episodes else None
-    history = train_sft(
-        model, tokenizer, data, cfg, log=log, heldout=heldout, on_epoch=on_epoch, dump_dir=out
-    )
+    tiny = _tiny_info(base_model) if cfg.fit_check and cfg.lora_rank == 0 else None
+    restarts: list[dict] = []
+    while True:
+        try:
+            history = train_sft(
+                model, tokenizer, data, cfg, log=log, heldout=heldout, on_epoch=on_epoch,
+                dump_dir=out, restartable=tiny is not None and len(restarts) < cfg.fit_restarts,
+            )  # fmt: skip
+            break
+        except SFTPlateau as plateau:
+            # a from-scratch model stuck on the plateau: the same data, a new init seed
+            init_seed = tiny["seed"] + 1000 * (len(restarts) + 1)
+            restarts.append({"step": plateau.step, "reply_accuracy": plateau.reply_accuracy,
+                             "next_init_seed": init_seed})  # fmt: skip
+            log(f"sft: fit check failed ({plateau}); restart {len(restarts)} of "
+                f"{cfg.fit_restarts} from a new init (seed {init_seed})")  # fmt: skip
+            model = _redrawn_tiny(model, tokenizer, tiny, init_seed)
+    if restarts:
+        history[0]["restarts"] = restarts
 
     check_finite_weights(  # never write a model that would "evaluate" as garbage
         model, f"refusing to save the SFT model to {out}", f"lower --lr (now {cfg.lr:g})"
@@ -503,6 +566,25 @@ def run_sft(
             f.write(json.dumps(rec) + "\n")
     log(f"saved SFT model to {out}")
     return out
+
+
+def _tiny_info(base_model: str) -> dict | None:
+    """The ``ragen_tiny.json`` of a from-scratch tiny model folder (size, seed, chat
+    format), or None for any other model: only those may be drawn again."""
+    path = Path(base_model) / "ragen_tiny.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _redrawn_tiny(model, tokenizer, info: dict, seed: int):
+    """A fresh random init of the tiny model ``model`` is (same size, tokenizer and
+    chat format; init seed ``seed``), on ``model``'s device."""
+    from ragen.models.tiny import build_model
+
+    device = next(model.parameters()).device
+    fresh = build_model(
+        info["size"], tokenizer, seed=seed, chat_format=info.get("chat_format", "chatml")
+    )
+    return fresh.to(device=device, dtype=torch.float32)
 
 
 def merge_adapter(base_model: str, adapter_dir: str | Path, out_dir: str | Path) -> Path:
