@@ -20,6 +20,12 @@ come from the ``scale_out`` a caller passes (``ragen.distributed.ScaleOut``, att
 
 Before the filter, up to ``trainer.reasoning_samples`` samples' thoughts are cross-scored
 under every distinct prompt of the step (``reasoning/mutual_info``, ``..._token``, ...).
+
+Why this file is over 500 lines: it is the loop (``train``, ``train_step``) and the run's
+life around it (construction, resume, signals, skipped steps, non-finite stops, rollback,
+checkpoints), all of it state of one run; the phases hold the math and are short. About
+a third is the thin ``ModelPhases`` methods and delegating properties that keep the
+public names tests and benchmarks use.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from ragen.agent.trajectory import Trajectory
 from ragen.envs.base import derive_seed
 from ragen.errors import ConfigError
 
-from . import advantages, onepass, rollout_phase, scoring, update
+from . import advantages, onepass, rollout_phase, run_checkpoints, scoring, update
 from .batching import TrainingBatch
 from .config import TrainConfig, to_dict, to_yaml
 from .dynamic_sampling import Curriculum
@@ -207,68 +213,19 @@ class StarPOTrainer:
         self.rollout_cfg = r  # per rollout: a copy with its temperature and seed
 
     def _maybe_resume(self) -> int:
-        resume = self.cfg.trainer.resume
-        if resume == "never":
-            if self.checkpoints.list():
-                from .checkpoint import CheckpointError
-
-                raise CheckpointError(
-                    f"{self.run_dir} already holds checkpoints; refusing to overwrite them. "
-                    "Fix: add trainer.resume=auto to continue, or choose another trainer.run_name"
-                )
-            return 0
-        path = self.checkpoints.latest() if resume == "auto" else Path(resume)
-        if path is None:
-            return 0
-        state = self.checkpoints.load(
-            path,
-            actor=self.actor,
-            critic=self.critic,
-            optimizers=self._optimizers(),
-            schedulers=self._schedulers(),
-            config=to_dict(self.cfg),
+        """The step this run continues from (``trainer.resume``; 0: a fresh start)."""
+        step, path = run_checkpoints.resume(
+            self.cfg, self.checkpoints, self.models, self.curriculum
         )
-        saved_seed = state.get("seed", self.cfg.trainer.seed)
-        if saved_seed != self.cfg.trainer.seed:
-            from .checkpoint import CheckpointError
-
-            # the training seeds of every step derive from trainer.seed: another seed
-            # would silently replay or skip initial states
-            raise CheckpointError(
-                f"{path} was trained with trainer.seed={saved_seed}, not "
-                f"{self.cfg.trainer.seed}. Fix: resume with trainer.seed={saved_seed}"
-            )
-        if self.curriculum is not None:  # the level it had reached
-            self.curriculum.restore(state.get("curriculum"))
-            self.train_envs.max_difficulty = self.curriculum.max_difficulty
-        step = int(state["step"])
-        print(f"resumed from {path} at step {step}")
-        self._supersede_after(step)
+        if path is not None:
+            if self.curriculum is not None:
+                self.train_envs.max_difficulty = self.curriculum.max_difficulty
+            print(f"resumed from {path} at step {step}")
+            self._supersede_after(step)
         return step
 
     def _supersede_after(self, step: int) -> None:
-        """Resuming from a checkpoint that is not the run's latest: move the later
-        checkpoints and the logs of later steps into ``run_dir/superseded/<time>/`` (kept,
-        never deleted), so the run continues from ``step`` with every step logged once."""
-        from .checkpoint import step_of
-        from .metrics_logger import move_logs_after
-
-        later = [p for p in self.checkpoints.list() if step_of(p) > step]
-        if not later:
-            return  # a plain resume: the logger drops the lines of the steps it redoes
-        dest = self.run_dir / "superseded" / time.strftime("%Y%m%d-%H%M%S")
-        n = 1
-        while dest.exists():
-            n += 1
-            dest = dest.with_name(f"{dest.name.split('.')[0]}.{n}")
-        moved = self.checkpoints.move_after(step, dest / "checkpoints")
-        logs = move_logs_after(self.run_dir, step, dest)
-        names = ", ".join(p.name for p in moved)
-        print(
-            f"resuming from step {step}, before the run's latest checkpoint: moved the later "
-            f"checkpoints ({names}){' and their logs' if logs else ''} aside to {dest} "
-            "(kept; delete it once you no longer need it)"
-        )
+        run_checkpoints.supersede_after(self.checkpoints, step)
 
     def context(self) -> PhaseContext:
         """What this process's model phases read (one process: the no-op sync hook)."""
@@ -434,24 +391,8 @@ class StarPOTrainer:
         return path
 
     def _write_checkpoint(self, step: int) -> Path:
-        with self.phases().whole_state() as (actor, critic, optimizers):
-            return self._save(step, actor, critic, optimizers)
-
-    def _save(self, step: int, actor, critic, optimizers) -> Path:
-        return self.checkpoints.save(
-            step,
-            actor=actor,
-            tokenizer=self.tokenizer,
-            critic=critic,
-            optimizers=optimizers,
-            schedulers=self._schedulers(),
-            trainer_state={
-                "step": step,
-                "seed": self.cfg.trainer.seed,
-                **({"curriculum": self.curriculum.state()} if self.curriculum else {}),
-            },
-            config=to_dict(self.cfg),
-            overwrite=False,
+        return run_checkpoints.save(
+            self.checkpoints, step, self.phases(), self.models, self.cfg, self.curriculum
         )
 
     def phases(self) -> Any:
