@@ -38,6 +38,10 @@ one-process optimizer state (so a run resumes onto any rank count), a rollback
 scatters what it loaded.
 
 gloo on CPU, NCCL on CUDA.
+
+Over 500 lines because the collectives, the sync hook, the rank workers and rank 0's
+updater must issue their collectives in one agreed order; kept in one file so that order
+can be read in one place.
 """
 
 from __future__ import annotations

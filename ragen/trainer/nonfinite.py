@@ -1,7 +1,7 @@
 """What a training step leaves behind when its loss or gradient turns NaN/inf.
 
 The update checks each micro-batch's loss and each minibatch's gradient norm before the
-optimizer steps (``StarPOTrainer._optimizer_step``, ``ragen.sft.trainer.train_sft``); a
+optimizer steps (``ragen.trainer.update.optimizer_step``, ``ragen.sft.trainer.train_sft``); a
 non-finite one raises :class:`NonFiniteUpdate` there, so the weights never see it. The
 step's data is then saved for inspection, as plain tensors anyone can read::
 
