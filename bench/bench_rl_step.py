@@ -143,7 +143,10 @@ def install_timers(trainer) -> Timers:
         except ImportError:
             return None
 
-    rollout, starpo = mod("ragen.agent.rollout"), mod("ragen.trainer.starpo")
+    rollout = mod("ragen.agent.rollout")
+    scoring, update = mod("ragen.trainer.scoring"), mod("ragen.trainer.update")
+    phase, forward = mod("ragen.trainer.rollout_phase"), mod("ragen.trainer.forward")
+    advantages = mod("ragen.trainer.advantages")
     engine_cls = type(trainer.engine)
     targets = [
         (type(trainer), "rollout", "rollout"),
@@ -162,18 +165,18 @@ def install_timers(trainer) -> Timers:
         (rollout, "_play_all", "env steps"),
         (rollout, "_record_turn", "record turn"),
         (rollout, "_build_trajectories", "samples"),
-        (type(trainer), "prepare_batch", "prepare batch"),
-        (type(trainer), "compute_old_log_probs", "old log-probs"),
-        (type(trainer), "compute_values", "values"),
-        (type(trainer), "compute_advantages", "advantages"),
+        (phase, "prepare_batch", "prepare batch"),
+        (scoring, "compute_old_log_probs", "old log-probs"),
+        (scoring, "compute_values", "values"),
+        (advantages, "advantage_phase", "advantages"),
         (type(trainer), "_log_trajectories", "trajectory log"),
-        (type(trainer), "_critic_update_pass", "critic update (gives the values)"),
-        (type(trainer), "update", "update"),
-        (type(trainer), "_actor_minibatch", "actor"),
-        (type(trainer), "_critic_minibatch", "critic"),
-        (type(trainer), "_optimizer_step", "optimizer"),
-        (starpo, "token_log_probs", "forward"),
-        (starpo, "token_values", "forward"),
+        (update, "critic_update_pass", "critic update (gives the values)"),
+        (update, "ppo_update", "update"),
+        (update, "actor_minibatch", "actor"),
+        (update, "critic_minibatch", "critic"),
+        (update, "optimizer_step", "optimizer"),
+        (forward, "token_log_probs", "forward"),
+        (forward, "token_values", "forward"),
         (torch.Tensor, "backward", "backward"),
     ]
     for owner, attr, label in targets:

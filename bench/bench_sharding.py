@@ -94,12 +94,12 @@ def sharding_rows(ray, args) -> list[dict]:
                 )
                 phases = updater
             _phases(phases, batch, 0)  # untimed: broadcasts, first optimizer state
-            memory = updater.memory(reset=True) if updater else [rank_memory(trainer, True)]
+            memory = updater.memory(reset=True) if updater else [rank_memory(trainer.models, True)]
             tic = time.perf_counter()
             for step in range(args.steps):
                 _phases(phases, batch, 1 + step)
             seconds = (time.perf_counter() - tic) / args.steps
-            memory = updater.memory() if updater else [rank_memory(trainer)]
+            memory = updater.memory() if updater else [rank_memory(trainer.models)]
             if updater is not None:
                 updater.close()
             trainer.close()
@@ -125,6 +125,7 @@ def sharding_rows(ray, args) -> list[dict]:
 
 def ray_rows(args) -> dict:
     """Seconds per training step in one process vs on 2 rollout workers, and the start."""
+    from ragen.distributed import ScaleOut
     from ragen.trainer.starpo import StarPOTrainer
 
     out = {}
@@ -132,7 +133,8 @@ def ray_rows(args) -> dict:
         run_dir = f"/tmp/ragen-bench-ray-{os.getpid()}-{workers}"
         tic = time.perf_counter()
         trainer = StarPOTrainer(
-            _config("nano", run_dir, args.seed, f"trainer.rollout_workers={workers}")
+            _config("nano", run_dir, args.seed, f"trainer.rollout_workers={workers}"),
+            scale_out=ScaleOut,
         )
         out[f"start_{workers}"] = time.perf_counter() - tic
         trainer.train_step(0)  # untimed: first weight push, chat-template probes

@@ -20,7 +20,7 @@ _COMMAND_MODULES = [
     "ragen.envs.cli",  # envs, play
     "ragen.models.cli",  # models create-tiny / fetch-smollm2 / info
     "ragen.agent.cli",  # eval
-    "ragen.trainer.cli",  # train
+    "ragen.train_cli",  # train (the trainer with the scale-out it attaches)
     "ragen.sft.cli",  # sft
     "ragen.demo",  # demo
     "ragen.viewer.cli",  # view

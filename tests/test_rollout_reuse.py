@@ -8,7 +8,7 @@ from ragen.trainer.config import load_config
 from ragen.trainer.starpo import StarPOTrainer
 
 
-def _trainer(model_dir, run_dir, reuse):
+def _trainer(model_dir, run_dir, reuse, *extra):
     cfg = load_config(
         [
             "env=bandit",
@@ -29,9 +29,30 @@ def _trainer(model_dir, run_dir, reuse):
             "trainer.tensorboard=false",
             f"trainer.run_dir={run_dir}",
             f"trainer.rollout_reuse={reuse}",
+            *extra,
         ]
     )
     return StarPOTrainer(cfg)
+
+
+def test_reused_step_after_a_fused_step_trains_on_the_kept_behaviour_log_probs(
+    tiny_model_dir, tmp_path
+):
+    """A fresh step whose scoring was the update's own forward (``ragen.trainer.onepass``:
+    one epoch, one minibatch, a critic, no KL) is followed by a reuse step that runs the
+    whole update: the actor's ratio is against the fresh step's log-probs (not 1), and
+    the critic trains again (its metrics are its own, not the fresh step's)."""
+    fused = ("algo=starpo-s", "algo.filter.value=1.0", "model.critic_lr=1e-3")
+    trainer = _trainer(tiny_model_dir, tmp_path / "run", 2, *fused)
+    try:
+        fresh, reused = trainer.train_step(0), trainer.train_step(1)
+    finally:
+        trainer.logger.close()
+        trainer.close()
+    assert "timing/old_log_prob" not in fresh  # the fused path ran
+    assert reused["rollout/reuse_age"] == 1.0
+    assert reused["actor/ppo_kl"] != 0.0
+    assert reused["critic/value_loss"] != fresh["critic/value_loss"]
 
 
 def test_reused_rollout_trains_again_without_rolling_out(tiny_model_dir, tmp_path):

@@ -4,6 +4,7 @@ gradient, truncated episodes bootstrap from the critic, and masked_gae gets its 
 import pytest
 import torch
 
+from ragen.trainer import update
 from ragen.trainer.config import load_config
 from ragen.trainer.starpo import StarPOTrainer
 
@@ -52,31 +53,32 @@ def _prepared(trainer):
     return kept, batch
 
 
-def _grads_of_one_minibatch(trainer, batch, budget):
+def _grads_of_one_minibatch(trainer, batch, budget, monkeypatch):
     """Loss metrics and gradients of one minibatch over all rows, micro-batched by
     ``budget`` padded tokens; the optimizer step is replaced by a capture."""
     captured = {}
 
-    def capture(model, optimizer, prefix):
+    def capture(ctx, model, optimizer, prefix, nonfinite=""):
         captured[prefix] = [
             p.grad.detach().clone() for p in model.parameters() if p.grad is not None
         ]
         optimizer.zero_grad(set_to_none=True)
         return {}
 
-    trainer._optimizer_step = capture
+    monkeypatch.setattr(update, "optimizer_step", capture)
     trainer.cfg.algo.micro_token_budget = budget
+    ctx = trainer.context()
     rows = list(range(batch.size))
-    micros = trainer._micro_batches(batch, rows)
-    actor = trainer._actor_minibatch(batch, rows, micros)
-    critic = trainer._critic_minibatch(batch, rows, micros) if trainer.critic else {}
+    micros = ctx.micro_batches(batch, rows)
+    actor = update.actor_minibatch(ctx, batch, rows, micros)
+    critic = update.critic_minibatch(ctx, batch, rows, micros) if trainer.critic else {}
     return len(micros), {**actor, **critic}, captured
 
 
 @pytest.mark.parametrize(
     "mode", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 )
-def test_accumulated_micro_batches_equal_one_batch(tiny_model_dir, tmp_path, mode):
+def test_accumulated_micro_batches_equal_one_batch(tiny_model_dir, tmp_path, mode, monkeypatch):
     trainer = _trainer(tiny_model_dir, tmp_path / "run", f"algo.loss_agg_mode={mode}")
     _, batch = _prepared(trainer)
     # uneven rows (the random model fills every turn's budget): drop the tail of row 0's
@@ -86,8 +88,8 @@ def test_accumulated_micro_batches_equal_one_batch(tiny_model_dir, tmp_path, mod
         dropped = pos[int(keep * len(pos)) :]
         for mask in (batch.response_mask, batch.advantage_mask):
             mask[row, dropped] = 0.0
-    n_one, one, grads_one = _grads_of_one_minibatch(trainer, batch, budget=10**9)
-    n_many, many, grads_many = _grads_of_one_minibatch(trainer, batch, budget=1)
+    n_one, one, grads_one = _grads_of_one_minibatch(trainer, batch, 10**9, monkeypatch)
+    n_many, many, grads_many = _grads_of_one_minibatch(trainer, batch, 1, monkeypatch)
     assert n_one == 1 and n_many == batch.size  # one row per micro-batch
     for key in ("actor/pg_loss", "actor/entropy_loss", "actor/kl_loss", "critic/value_loss"):
         assert many[key] == pytest.approx(one[key], rel=1e-4, abs=1e-6), key

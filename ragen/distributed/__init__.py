@@ -5,7 +5,7 @@
   0, 1 or N workers play the same trajectories; a worker (or node) that dies is
   replaced and its groups run again.
 * ``trainer.train_ranks=M`` -- :mod:`.data_parallel`: the model phases of a step
-  (:mod:`.phases`: scoring, the update, reasoning stats, the whole state for
+  (``ragen.trainer.phase_context.ModelPhases``: scoring, the update, reasoning stats, the whole state for
   checkpoints) on M ranks (rank 0 = the trainer process), each rank its share of the
   rows, gradients summed over ranks, metrics global; replicas, or FSDP2 shards
   (``trainer.train_sharding=fsdp``, :mod:`.fsdp`).

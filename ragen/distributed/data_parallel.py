@@ -1,29 +1,31 @@
 """Data-parallel actor/critic updates on ``M`` torch.distributed ranks.
 
 The trainer process is rank 0; ranks ``1 .. M-1`` are Ray actors (:class:`RankWorker`),
-each with the actor, critic and their optimizers, built by the trainer's own code:
-full replicas (``trainer.train_sharding=replicate``), or FSDP2 shards of them
-(``fsdp``, :mod:`ragen.distributed.fsdp`). :class:`DataParallelUpdater` runs the model
-phases of a step (:class:`ragen.distributed.phases.ModelPhases`) on every rank through
-a :class:`DataParallelView` of the trainer (the RL math lives in ``StarPOTrainer`` and
-only there), which changes this:
+each with the actor, critic and their optimizers, built by the trainer's own factory
+(``ragen.trainer.models.build_models``): full replicas
+(``trainer.train_sharding=replicate``), or FSDP2 shards of them (``fsdp``,
+:mod:`ragen.distributed.fsdp`). :class:`DataParallelUpdater` runs the model phases of a
+step (``ragen.trainer.starpo.ModelPhases``) on every rank: each rank calls the trainer's
+public phase functions (``ragen.trainer.scoring``, ``ragen.trainer.update``; the RL math
+lives there and only there) with its own sync hook, :class:`RankGroupSync`
+(``ragen.trainer.phase_context.RankSync``), which changes this:
 
-* ``_micro_batches(batch, rows)``: the rows are dealt to the ranks balanced by tokens
+* ``rows``: the rows are dealt to the ranks balanced by tokens
   (:func:`~ragen.distributed.sharding.split_rows`: a minibatch's rows in the update,
   the whole batch's when scoring); a rank packs only its own rows. The loss of every
   micro-batch still divides by the WHOLE minibatch's denominator (``agg_denominator``
   over ``batch.response_mask[rows]``, which every rank holds), so the ranks' losses are
   parts of the one-process loss in every ``loss_agg_mode``. Sharded ranks also pad
-  their micro-batch count to the largest (a padding micro-batch has empty masks: it
-  runs the forward and backward collectives and adds nothing);
-* ``score_batch``: each rank computes old/reference log-probs and values for its own
+  their micro-batch count to the largest (``pad``: a padding micro-batch has empty
+  masks: it runs the forward and backward collectives and adds nothing);
+* :func:`score_batch`: each rank computes old/reference log-probs and values for its own
   rows; rank 0 receives the sums (the rows are disjoint, so the sum is the whole);
-* ``_optimizer_step``: before clipping, the gradients are SUMMED over ranks (not
+* ``grads``: before clipping, the gradients are SUMMED over ranks (not
   averaged: the parts already carry the global normalization): an all-reduce for
   replicas, FSDP's reduce-scatter with a divide factor of 1 for shards. Every rank then
   clips the same global gradient and takes the same optimizer step, so replicas stay
   equal without broadcasting weights;
-* the minibatch statistics (loss parts, token-weighted metric parts) are summed over
+* ``stats``: the minibatch statistics (loss parts, token-weighted metric parts) are summed over
   ranks, so the logged metrics are those of the whole minibatch, not of rank 0's share.
 
 Replicas: rank 0 broadcasts its full state (weights and optimizer state) before a step
@@ -36,6 +38,10 @@ one-process optimizer state (so a run resumes onto any rank count), a rollback
 scatters what it loaded.
 
 gloo on CPU, NCCL on CUDA.
+
+Over 500 lines because the collectives, the sync hook, the rank workers and rank 0's
+updater must issue their collectives in one agreed order; kept in one file so that order
+can be read in one place.
 """
 
 from __future__ import annotations
@@ -48,6 +54,10 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from ragen.trainer import scoring, update
+from ragen.trainer.models import TrainModels, build_models, seed_everything
+from ragen.trainer.phase_context import PhaseContext, RankSync
 
 from .ray_setup import wait_ready
 from .sharding import split_rows
@@ -133,86 +143,41 @@ def free_port() -> int:
 
 
 # --------------------------------------------------------------------------------------
-# the view that makes StarPOTrainer's phases data-parallel
+# the sync hook that makes the trainer's phases data-parallel
 # --------------------------------------------------------------------------------------
 _SAME_ON_EVERY_RANK = ("grad_norm", "skipped_steps")
 _SCORES = ("old_log_prob", "ref_log_prob", "old_entropy", "values", "final_values")
 
 
-class DataParallelView:
-    """A trainer (or a rank's replica) seen as one rank of ``world``: attributes come
-    from the trainer; the methods below make its phases data-parallel (module
-    docstring). ``sharded``: its models are FSDP2 shards."""
+class RankGroupSync(RankSync):
+    """The model phases' sync hook (``ragen.trainer.phase_context.RankSync``) on rank
+    ``rank`` of ``world``: rows dealt by tokens, gradients and minibatch statistics summed
+    over ranks (module docstring). ``sharded``: the models are FSDP2 shards (their
+    backward reduce-scatters the gradients itself, and is a collective every rank runs)."""
 
-    def __init__(self, trainer: Any, rank: int, world: int, sharded: bool = False):
-        self.__dict__["_trainer"] = trainer
-        self.__dict__["rank"] = rank
-        self.__dict__["world"] = world
-        self.__dict__["sharded"] = sharded
+    def __init__(self, rank: int, world: int, device: torch.device, sharded: bool = False):
+        self.rank, self.world, self.sharded = rank, world, bool(sharded)
+        self.collective_backward = self.sharded
+        self._device = device
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._trainer, name)
+    @property
+    def device(self) -> torch.device:
+        """Where the collectives' tensors live: NCCL reduces CUDA tensors only, gloo
+        takes CPU ones."""
+        return self._device if dist.get_backend() == "nccl" else torch.device("cpu")
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        setattr(self._trainer, name, value)
+    def rows(self, batch, rows, scoring: bool) -> list[int]:
+        return split_rows(list(rows), batch.lengths.tolist(), self.world)[self.rank]
 
-    # -- phases ------------------------------------------------------------------------
-    def score_batch(self, batch, metrics: dict[str, float]) -> None:
-        """Old/reference log-probs and values of this rank's rows; rank 0 receives every
-        row's (and adds ``actor/gen_logprob_*``), the other ranks keep only their own."""
-        from ragen.trainer.starpo import StarPOTrainer, logprob_agreement
-
-        StarPOTrainer.compute_old_log_probs(self, batch, {})
-        if self.critic is not None:
-            StarPOTrainer.compute_values(self, batch)
-        mine = torch.zeros(batch.size, device=batch.lengths.device)
-        mine[self._score_rows(batch)] = 1.0
-        device = self._stats_device
-        for name in _SCORES:
-            tensor = getattr(batch, name)
-            if tensor is None:
-                continue
-            # a padding micro-batch may have recomputed another rank's row: only own rows
-            part = (tensor * (mine[:, None] if tensor.dim() == 2 else mine)).to(device)
-            dist.reduce(part, dst=0)
-            setattr(batch, name, part.to(tensor.device))
-        if self.rank == 0:
-            metrics.update(logprob_agreement(batch))
-
-    def update(self, batch, step: int) -> dict[str, float]:
-        from ragen.trainer.starpo import StarPOTrainer
-
-        out = StarPOTrainer.update(self, batch, step)
-        # the padding of this rank's micro-batches: averaged over ranks
-        if "perf/padding_fraction" in out:
-            local = {"perf/padding_fraction": out["perf/padding_fraction"] / self.world}
-            out.update(allreduce_stats(local, self._stats_device))
-        return out
-
-    # -- what the phases call ----------------------------------------------------------
-    def _score_rows(self, batch) -> list[int]:
-        return split_rows(list(range(batch.size)), batch.lengths.tolist(), self.world)[self.rank]
-
-    def _micro_batches(self, batch, rows=None):
-        from ragen.trainer.starpo import StarPOTrainer
-
-        scoring = rows is None  # the whole batch (old log-probs, values)
-        if scoring:
-            mine = self._score_rows(batch)
-        else:
-            mine = split_rows(list(rows), batch.lengths.tolist(), self.world)[self.rank]
-        micros = StarPOTrainer._micro_batches(self._trainer, batch, mine)
-        if self.sharded:
-            micros = self._pad(micros, batch, scoring)
-        return micros
-
-    def _pad(self, micros, batch, scoring: bool):
+    def pad(self, micros, batch, scoring: bool):
         """Sharded forwards and backwards are collectives: every rank runs as many as the
         rank with the most micro-batches. Scoring repeats one of this rank's own
         micro-batches (the same numbers again) or, with no rows, row 0's (dropped by
-        ``score_batch``); the update adds row 0 with empty masks (zero loss, zero
+        :func:`score_batch`); the update adds row 0 with empty masks (zero loss, zero
         gradient, zero weight in the metrics) under no row ids."""
-        count = torch.tensor([float(len(micros))], device=self._stats_device)
+        if not self.sharded:
+            return micros
+        count = torch.tensor([float(len(micros))], device=self.device)
         dist.all_reduce(count, op=dist.ReduceOp.MAX)
         missing = int(count.item()) - len(micros)
         if missing <= 0:
@@ -229,45 +194,60 @@ class DataParallelView:
             filler = ([], dataclasses.replace(row, **empty))
         return list(micros) + [filler] * missing
 
-    def _optimizer_step(self, model, optimizer, prefix: str) -> dict[str, float]:
-        from ragen.trainer.starpo import StarPOTrainer
-
+    def grads(self, params) -> None:
         if not self.sharded:  # shards were reduce-scattered (summed) by the backward
-            allreduce_grads([p for p in model.parameters() if p.requires_grad])
-        return StarPOTrainer._optimizer_step(self._trainer, model, optimizer, prefix)
+            allreduce_grads(params)
 
-    def _actor_minibatch(self, batch, rows, micros) -> dict[str, float]:
-        from ragen.trainer.starpo import StarPOTrainer
-
-        stats = StarPOTrainer._actor_minibatch(self, batch, rows, micros)
-        return allreduce_stats(stats, self._stats_device, skip=_SAME_ON_EVERY_RANK)
-
-    def _critic_minibatch(self, batch, rows, micros) -> dict[str, float]:
-        from ragen.trainer.starpo import StarPOTrainer
-
-        stats = StarPOTrainer._critic_minibatch(self, batch, rows, micros)
-        return allreduce_stats(stats, self._stats_device, skip=_SAME_ON_EVERY_RANK)
-
-    @property
-    def _stats_device(self) -> torch.device:
-        # NCCL reduces CUDA tensors only; gloo takes CPU ones
-        return self._trainer.device if dist.get_backend() == "nccl" else torch.device("cpu")
+    def stats(self, stats: dict[str, float]) -> dict[str, float]:
+        return allreduce_stats(stats, self.device, skip=_SAME_ON_EVERY_RANK)
 
 
-def _optimizers(trainer: Any) -> list[Any]:
-    return [o for o in (trainer.actor_opt, trainer.critic_opt) if o is not None]
+def score_batch(ctx: PhaseContext, batch, metrics: dict[str, float]) -> None:
+    """Old/reference log-probs and values of this rank's rows (``ctx.sync`` deals them);
+    rank 0 receives every row's (and adds ``actor/gen_logprob_*``), the other ranks keep
+    only their own."""
+    sync = ctx.sync
+    scoring.compute_old_log_probs(ctx, batch, {})
+    if ctx.models.critic is not None:
+        scoring.compute_values(ctx, batch)
+    mine = torch.zeros(batch.size, device=batch.lengths.device)
+    mine[sync.rows(batch, range(batch.size), True)] = 1.0
+    for name in _SCORES:
+        tensor = getattr(batch, name)
+        if tensor is None:
+            continue
+        # a padding micro-batch may have recomputed another rank's row: only own rows
+        part = (tensor * (mine[:, None] if tensor.dim() == 2 else mine)).to(sync.device)
+        dist.reduce(part, dst=0)
+        setattr(batch, name, part.to(tensor.device))
+    if sync.rank == 0:
+        metrics.update(scoring.logprob_agreement(batch))
 
 
-def _models(trainer: Any) -> list[torch.nn.Module]:
-    return [m for m in (trainer.actor, trainer.critic) if m is not None]
+def ppo_update(ctx: PhaseContext, batch, step: int) -> dict[str, float]:
+    """This rank's part of the update (``ragen.trainer.update.ppo_update`` with the sync
+    hook); the padding fraction of the ranks' micro-batches, averaged over ranks."""
+    out = update.ppo_update(ctx, batch, step)
+    if "perf/padding_fraction" in out:
+        local = {"perf/padding_fraction": out["perf/padding_fraction"] / ctx.sync.world}
+        out.update(allreduce_stats(local, ctx.sync.device))
+    return out
 
 
-def learning_rates(trainer: Any) -> list[list[float]]:
-    return [[g["lr"] for g in opt.param_groups] for opt in _optimizers(trainer)]
+def _optimizers(models: TrainModels) -> list[Any]:
+    return list(models.optimizers().values())
 
 
-def set_learning_rates(trainer: Any, lrs: list[list[float]]) -> None:
-    for opt, group_lrs in zip(_optimizers(trainer), lrs):
+def _models(models: TrainModels) -> list[torch.nn.Module]:
+    return [m for m in (models.actor, models.critic) if m is not None]
+
+
+def learning_rates(models: TrainModels) -> list[list[float]]:
+    return [[g["lr"] for g in opt.param_groups] for opt in _optimizers(models)]
+
+
+def set_learning_rates(models: TrainModels, lrs: list[list[float]]) -> None:
+    for opt, group_lrs in zip(_optimizers(models), lrs):
         for group, lr in zip(opt.param_groups, group_lrs):
             group["lr"] = lr
 
@@ -282,29 +262,32 @@ def init_group(device: torch.device, init_method: str, rank: int, world: int) ->
     )
 
 
-def shard(trainer: Any, world: int) -> dict:
-    """FSDP2-shard ``trainer``'s models over the group (:func:`fsdp.shard_trainer`)."""
+def shard(models: TrainModels, cfg: Any, world: int) -> dict:
+    """FSDP2-shard ``models`` over the group (:func:`fsdp.shard_models`)."""
     from torch.distributed.device_mesh import init_device_mesh
 
     from . import fsdp
 
-    mesh = init_device_mesh(trainer.device.type, (world,))
-    trainer._collective_backward = True
-    return fsdp.shard_trainer(trainer, mesh)
+    mesh = init_device_mesh(models.device.type, (world,))
+    return fsdp.shard_models(models, mesh, cfg.model)
 
 
 # --------------------------------------------------------------------------------------
 # ranks 1 .. M-1
 # --------------------------------------------------------------------------------------
 class RankWorker:
-    """Rank ``rank`` of the update group (run as a Ray actor): the trainer's models and
-    optimizers, built by the trainer's own construction code, then sharded or not. Each
-    method is one phase's part on this rank; rank 0 calls it while running its own."""
+    """Rank ``rank`` of the update group (run as a Ray actor): the models and optimizers
+    the trainer's phases read, built by the trainer's own factory
+    (``ragen.trainer.models.build_models``), then sharded or not. Each method is one
+    phase's part on this rank; rank 0 calls it while running its own."""
 
     def __init__(self, cfg: Any, rank: int, world: int, threads: int = 1, sharded=False):
         torch.set_num_threads(max(1, int(threads)))
-        self.replica = build_replica(cfg)
+        seed_everything(cfg.trainer.seed)
+        self.models = build_models(cfg)
+        self._cfg = cfg  # the model settings sharding rebuilds the optimizers with
         self.rank, self.world, self.sharded = rank, world, bool(sharded)
+        self.sync = RankGroupSync(rank, world, self.models.device, self.sharded)
 
     def ready(self) -> int:
         import os
@@ -312,56 +295,53 @@ class RankWorker:
         return os.getpid()
 
     def join(self, init_method: str) -> None:
-        init_group(self.replica.device, init_method, self.rank, self.world)
+        init_group(self.models.device, init_method, self.rank, self.world)
         if self.sharded:
-            shard(self.replica, self.world)
+            shard(self.models, self._cfg, self.world)
 
-    def _view(self, cfg: Any) -> DataParallelView:
-        self.replica.cfg = cfg
-        return DataParallelView(self.replica, self.rank, self.world, self.sharded)
+    def _context(self, cfg: Any) -> PhaseContext:
+        return PhaseContext(cfg, self.models, self.sync)
 
     def score(self, batch, cfg: Any, resync: bool) -> None:
-        r = self.replica
+        m = self.models
         if resync:
-            broadcast_state(_models(r), _optimizers(r))
-        self._view(cfg).score_batch(batch.to(r.device), {})
+            broadcast_state(_models(m), _optimizers(m))
+        score_batch(self._context(cfg), batch.to(m.device), {})
 
     def update(self, batch, step: int, cfg: Any, lrs, resync: bool) -> dict[str, float]:
-        r = self.replica
-        view = self._view(cfg)
+        m = self.models
         if resync:
-            broadcast_state(_models(r), _optimizers(r))
-        set_learning_rates(r, lrs)
-        return view.update(batch.to(r.device), step)
+            broadcast_state(_models(m), _optimizers(m))
+        set_learning_rates(m, lrs)
+        return ppo_update(self._context(cfg), batch.to(m.device), step)
 
     def reasoning_stats(self, trajectories, step: int, cfg: Any) -> dict[str, float]:
-        self.replica.cfg = cfg
-        return self.replica.reasoning_stats(trajectories, step)
+        return scoring.reasoning_stats(PhaseContext(cfg, self.models), trajectories, step)
 
     def gather(self) -> None:
         from . import fsdp
 
-        fsdp.gather_trainer(self.replica)
+        fsdp.gather_trainer(self.models)
 
     def scatter(self) -> None:
         from . import fsdp
 
-        fsdp.scatter_trainer(self.replica, None)
+        fsdp.scatter_trainer(self.models, None)
 
     def gather_actor(self, names) -> None:
         from . import fsdp
 
-        fsdp.gather_model(self.replica.actor, names)
+        fsdp.gather_model(self.models.actor, names)
 
     def memory(self, reset: bool = False) -> dict[str, int]:
-        return rank_memory(self.replica, reset)
+        return rank_memory(self.models, reset)
 
     def leave(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
 
 
-def rank_memory(trainer: Any, reset: bool = False) -> dict[str, int]:
+def rank_memory(models: TrainModels, reset: bool = False) -> dict[str, int]:
     """What a rank holds, in bytes: its weights, gradients and optimizer state (the
     tensors' exact sizes, shards only where sharded: :func:`fsdp.state_bytes`), and the
     process's peak resident memory (Linux ``VmHWM``; 0 where unknown). ``reset``: start
@@ -369,7 +349,7 @@ def rank_memory(trainer: Any, reset: bool = False) -> dict[str, int]:
     peak of what ran in between."""
     from . import fsdp
 
-    out = fsdp.state_bytes(trainer)
+    out = fsdp.state_bytes(models)
     try:
         if reset:
             with open("/proc/self/clear_refs", "w") as f:
@@ -382,38 +362,16 @@ def rank_memory(trainer: Any, reset: bool = False) -> dict[str, int]:
     return out
 
 
-def build_replica(cfg: Any) -> Any:
-    """A :class:`StarPOTrainer` with only its models, optimizers and schedulers (what
-    the phases read), built by ``StarPOTrainer._build_models`` itself."""
-    from contextlib import nullcontext
-
-    from ragen.models.loading import pick_device, pick_dtype
-    from ragen.trainer.starpo import StarPOTrainer, seed_everything
-
-    seed_everything(cfg.trainer.seed)
-    replica = StarPOTrainer.__new__(StarPOTrainer)
-    replica.cfg = cfg
-    replica.scale = None
-    replica.device = pick_device(cfg.model.device, key="model.device")
-    replica.dtype = pick_dtype(replica.device, cfg.model.dtype, training=True)
-    use_bf16 = cfg.trainer.bf16 and replica.device.type == "cuda" and torch.cuda.is_bf16_supported()
-    replica.autocast = torch.autocast("cuda", dtype=torch.bfloat16) if use_bf16 else nullcontext()
-    replica._build_models()
-    from ragen.models.memory import resolve_token_budget
-
-    replica.token_budget = resolve_token_budget(
-        replica.actor, replica.device, cfg.algo.micro_token_budget, "algo.micro_token_budget", 8192
-    )
-    return replica
-
-
 # --------------------------------------------------------------------------------------
 # rank 0: the trainer's side
 # --------------------------------------------------------------------------------------
 class DataParallelUpdater:
     """Starts ranks ``1 .. world-1`` as Ray actors, joins them as rank 0, and runs the
-    trainer's model phases on all of them (:class:`~ragen.distributed.phases.ModelPhases`:
-    it stands in for the trainer in ``StarPOTrainer.phases()``). ``sharded``: FSDP2."""
+    trainer's model phases on all of them (``ragen.trainer.starpo.ModelPhases``: it
+    stands in for the trainer in ``StarPOTrainer.phases()``), each rank calling the
+    trainer's phase functions with its :class:`RankGroupSync`. ``trainer``: read for its
+    ``cfg`` (at every phase: a rollback may replace it), ``models`` and ``device``.
+    ``sharded``: FSDP2."""
 
     START_TIMEOUT_S = 300.0
 
@@ -441,13 +399,14 @@ class DataParallelUpdater:
         init_method = f"tcp://{host}:{free_port()}"
         joined = [r.join.remote(init_method) for r in self.ranks]
         init_group(trainer.device, init_method, 0, self.world)
-        self.skeletons = shard(trainer, self.world) if self.sharded else {}
+        self.sync = RankGroupSync(0, self.world, trainer.device, self.sharded)
+        self.skeletons = shard(trainer.models, trainer.cfg, self.world) if self.sharded else {}
         ray.get(joined)
         self._fingerprint: Any = object()  # replicas: the first phase broadcasts rank 0's state
         self._broadcast = False  # whether this step's phases broadcast rank 0's state
 
-    def _view(self) -> DataParallelView:
-        return DataParallelView(self.trainer, 0, self.world, self.sharded)
+    def _context(self) -> PhaseContext:
+        return PhaseContext(self.trainer.cfg, self.trainer.models, self.sync)
 
     def _resync(self) -> bool:
         """Replicas: whether rank 0's weights changed since the ranks last matched them
@@ -456,13 +415,13 @@ class DataParallelUpdater:
 
         if self.sharded:
             return False
-        fingerprint = tuple(weights_fingerprint(m) for m in _models(self.trainer))
+        fingerprint = tuple(weights_fingerprint(m) for m in _models(self.trainer.models))
         return fingerprint != self._fingerprint
 
     def _matched(self) -> None:
         from ragen.engines.hf import weights_fingerprint
 
-        self._fingerprint = tuple(weights_fingerprint(m) for m in _models(self.trainer))
+        self._fingerprint = tuple(weights_fingerprint(m) for m in _models(self.trainer.models))
 
     def _run(self, remote_calls: list, local):
         """Start the ranks' parts, run rank 0's, then wait (a rank's error surfaces)."""
@@ -480,8 +439,8 @@ class DataParallelUpdater:
 
         def local():
             if resync:
-                broadcast_state(_models(tr), _optimizers(tr))
-            self._view().score_batch(batch, metrics)
+                broadcast_state(_models(tr.models), _optimizers(tr.models))
+            score_batch(self._context(), batch, metrics)
 
         self._run(pending, local)
         self._matched()
@@ -490,13 +449,13 @@ class DataParallelUpdater:
         tr = self.trainer
         resync = self._resync()
         cpu_batch = self.ray.put(batch.to("cpu"))
-        lrs = learning_rates(tr)
+        lrs = learning_rates(tr.models)
         pending = [r.update.remote(cpu_batch, step, tr.cfg, lrs, resync) for r in self.ranks]
 
         def local():
             if resync:
-                broadcast_state(_models(tr), _optimizers(tr))
-            return self._view().update(batch, step)
+                broadcast_state(_models(tr.models), _optimizers(tr.models))
+            return ppo_update(self._context(), batch, step)
 
         out = self._run(pending, local)
         self._matched()
@@ -507,11 +466,12 @@ class DataParallelUpdater:
 
     def reasoning_stats(self, trajectories, step: int) -> dict[str, float]:
         tr = self.trainer
+        ctx = PhaseContext(tr.cfg, tr.models)  # every rank runs the whole forward
         if not self.sharded:  # rank 0 holds the whole model
-            return tr.reasoning_stats(trajectories, step)
+            return scoring.reasoning_stats(ctx, trajectories, step)
         ref = self.ray.put(trajectories)
         pending = [r.reasoning_stats.remote(ref, step, tr.cfg) for r in self.ranks]
-        return self._run(pending, lambda: tr.reasoning_stats(trajectories, step))
+        return self._run(pending, lambda: scoring.reasoning_stats(ctx, trajectories, step))
 
     @contextlib.contextmanager
     def whole_state(self, load: bool = False):
@@ -519,15 +479,16 @@ class DataParallelUpdater:
         HF model and a one-process optimizer each), and with ``load=True`` sent back
         into the shards when the block exits without an error."""
         tr = self.trainer
-        if not self.sharded:
-            with tr.whole_state(load) as parts:
-                yield parts
+        if not self.sharded:  # rank 0's replica; the next phase broadcasts a change
+            yield tr.models.actor, tr.models.critic, tr.models.optimizers()
             return
         from ragen.trainer import setup
 
         from . import fsdp
 
-        whole = self._run([r.gather.remote() for r in self.ranks], lambda: fsdp.gather_trainer(tr))
+        whole = self._run(
+            [r.gather.remote() for r in self.ranks], lambda: fsdp.gather_trainer(tr.models)
+        )
         m = tr.cfg.model
         twins, optimizers = {}, {}
         for role in ("actor", "critic"):
@@ -545,7 +506,8 @@ class DataParallelUpdater:
                 opt = optimizers[role]
                 whole[fsdp.OPTIMIZERS[role]] = fsdp.named_optimizer_state(twin, opt, gather=False)
             self._run(
-                [r.scatter.remote() for r in self.ranks], lambda: fsdp.scatter_trainer(tr, whole)
+                [r.scatter.remote() for r in self.ranks],
+                lambda: fsdp.scatter_trainer(tr.models, whole),
             )
 
     def actor_state(self, full: bool) -> dict[str, torch.Tensor]:
@@ -553,14 +515,14 @@ class DataParallelUpdater:
         (``full``: every tensor of its state dict; else the trainable ones)."""
         from . import fsdp
 
-        names = None if full else fsdp.trainable_names(self.trainer.actor)
+        names = None if full else fsdp.trainable_names(self.trainer.models.actor)
         pending = [r.gather_actor.remote(names) for r in self.ranks]
-        return self._run(pending, lambda: fsdp.gather_model(self.trainer.actor, names))
+        return self._run(pending, lambda: fsdp.gather_model(self.trainer.models.actor, names))
 
     def memory(self, reset: bool = False) -> list[dict[str, int]]:
         """Per rank (0 first): :func:`rank_memory`."""
         remote = [r.memory.remote(reset) for r in self.ranks]
-        return [rank_memory(self.trainer, reset), *self.ray.get(remote)]
+        return [rank_memory(self.trainer.models, reset), *self.ray.get(remote)]
 
     def close(self) -> None:
         try:

@@ -368,7 +368,7 @@ def scatter_optimizer(model: torch.nn.Module, optimizer: Any, named: dict | None
 
 
 # --------------------------------------------------------------------------------------
-# a trainer's models, all at once
+# a run's models (``ragen.trainer.models.TrainModels``), all at once
 # --------------------------------------------------------------------------------------
 ROLES = ("actor", "critic", "ref")
 OPTIMIZERS = {"actor": "actor_opt", "critic": "critic_opt"}
@@ -376,26 +376,29 @@ SCHEDULERS = {"actor": "actor_sched", "critic": "critic_sched"}
 
 
 def models_of(trainer: Any) -> dict[str, torch.nn.Module]:
+    """``{role: model}`` of a ``TrainModels`` (``trainer``: anything with its attributes)."""
     return {r: getattr(trainer, r) for r in ROLES if getattr(trainer, r, None) is not None}
 
 
-def shard_trainer(trainer: Any, mesh: Any) -> dict[str, torch.nn.Module]:
-    """Shard ``trainer``'s actor, critic and reference in place, rebuild their optimizers
-    and schedulers over the shards (scheduler positions kept), and send rank 0's whole
-    state (weights and optimizer state, e.g. just resumed) into every rank's shards.
-    Returns the meta skeletons of the models (what :func:`materialize` fills)."""
+def shard_models(owner: Any, mesh: Any, model_cfg: Any) -> dict[str, torch.nn.Module]:
+    """Shard the actor, critic and reference of ``owner`` (a
+    ``ragen.trainer.models.TrainModels``) in place, rebuild their optimizers and
+    schedulers over the shards (scheduler positions kept; ``model_cfg``: the config's
+    ``model`` section, their learning rates and warm-up), and send rank 0's whole state
+    (weights and optimizer state, e.g. just resumed) into every rank's shards. Returns
+    the meta skeletons of the models (what :func:`materialize` fills)."""
     from ragen.trainer import setup
 
-    m = trainer.cfg.model
+    m = model_cfg
     rank = dist.get_rank()
-    models = models_of(trainer)
+    models = models_of(owner)
     whole = {}
     if rank == 0:  # captured before sharding replaces the parameters
         for role, model in models.items():
             whole[role] = {k: v.detach() for k, v in model.state_dict().items()}
         for role, attr in OPTIMIZERS.items():
             if role in models:
-                opt = getattr(trainer, attr)
+                opt = getattr(owner, attr)
                 whole[attr] = named_optimizer_state(models[role], opt, gather=False)
     skeletons = {role: meta_skeleton(model) for role, model in models.items()}
     for model in models.values():
@@ -404,13 +407,13 @@ def shard_trainer(trainer: Any, mesh: Any) -> dict[str, torch.nn.Module]:
     for role, attr in OPTIMIZERS.items():
         if role not in models:
             continue
-        old_sched = getattr(trainer, SCHEDULERS[role])
+        old_sched = getattr(owner, SCHEDULERS[role])
         opt = setup.make_optimizer(models[role], lrs[role], m.weight_decay)
         sched = setup.make_scheduler(opt, m.warmup_steps)
         sched.load_state_dict(old_sched.state_dict())
-        setattr(trainer, attr, opt)
-        setattr(trainer, SCHEDULERS[role], sched)
-    scatter_trainer(trainer, whole if rank == 0 else None)
+        setattr(owner, attr, opt)
+        setattr(owner, SCHEDULERS[role], sched)
+    scatter_trainer(owner, whole if rank == 0 else None)
     return skeletons
 
 

@@ -18,18 +18,7 @@ import os
 from typing import Any
 
 from ragen.errors import ConfigError
-
-INSTALL_HINT = "pip install 'ragen[scale]'"
-
-
-def ray_installed() -> bool:
-    """Whether ``import ray`` would work, without importing it (config validation)."""
-    import importlib.util
-    import sys
-
-    if "ray" in sys.modules:
-        return sys.modules["ray"] is not None
-    return importlib.util.find_spec("ray") is not None
+from ragen.trainer.config import INSTALL_HINT
 
 
 def import_ray(what: str = "trainer.rollout_workers / trainer.train_ranks") -> Any:

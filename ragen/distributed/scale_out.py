@@ -3,7 +3,7 @@
 :class:`ScaleOut` owns the rollout worker pool and the data-parallel updater of one
 :class:`~ragen.trainer.starpo.StarPOTrainer`. The trainer calls it for rollouts
 (``rollout``, then ``after_rollout`` for metrics and events), reaches the updater as
-its model phases (``StarPOTrainer.phases()``, :mod:`ragen.distributed.phases`), and
+its model phases (``StarPOTrainer.phases()``, ``ragen.trainer.phase_context.ModelPhases``), and
 closes it when the run ends. Everything else in the trainer is the single-process code.
 
 Where Ray would only cost time it is not used, and the log says so: one rollout worker

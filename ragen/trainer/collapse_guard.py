@@ -26,17 +26,16 @@ warning before the first periodic checkpoint still has somewhere to go back to.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .collapse import CollapseDetector, CollapseWarning
 from .config import apply_rollback_change, to_yaml
 
-if TYPE_CHECKING:
-    from .starpo import StarPOTrainer
-
 
 class CollapseGuard:
-    def __init__(self, trainer: StarPOTrainer):
+    def __init__(self, trainer: Any):
+        """``trainer``: the :class:`~ragen.trainer.starpo.StarPOTrainer` it acts on (not
+        imported: the trainer builds its guard, so the guard cannot import it back)."""
         self.trainer = trainer
         self.detector = CollapseDetector(trainer.cfg.trainer.collapse)
         self.rollbacks = 0

@@ -30,6 +30,7 @@ from __future__ import annotations
 import copy
 import difflib
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -788,6 +789,19 @@ def _check_filter(f: FilterConfig) -> None:
               "e.g. algo.filter.value=4")  # fmt: skip
 
 
+# what installs Ray (ragen.distributed.ray_setup says it too)
+INSTALL_HINT = "pip install 'ragen[scale]'"
+
+
+def ray_installed() -> bool:
+    """Whether ``import ray`` would work, without importing it (config validation)."""
+    import importlib.util
+
+    if "ray" in sys.modules:
+        return sys.modules["ray"] is not None
+    return importlib.util.find_spec("ray") is not None
+
+
 def _check_scale_out(t: TrainerSection, r: RolloutConfig) -> None:
     """The scale-out keys that must agree (any worker count suits any number of groups:
     extra workers idle)."""
@@ -798,9 +812,6 @@ def _check_scale_out(t: TrainerSection, r: RolloutConfig) -> None:
               "trainer.rollout_workers=1 or more (the workers hold the whole weights), or "
               "trainer.train_sharding=replicate")  # fmt: skip
     if t.rollout_workers > 0 or t.train_ranks > 1:
-        # deferred: ragen.distributed imports the trainer (and Ray is optional)
-        from ragen.distributed.ray_setup import INSTALL_HINT, ray_installed
-
         if not ray_installed():
             key = "trainer.rollout_workers" if t.rollout_workers > 0 else "trainer.train_ranks"
             _fail(key, "needs Ray, which is not installed",

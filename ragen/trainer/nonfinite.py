@@ -1,7 +1,7 @@
 """What a training step leaves behind when its loss or gradient turns NaN/inf.
 
 The update checks each micro-batch's loss and each minibatch's gradient norm before the
-optimizer steps (``StarPOTrainer._optimizer_step``, ``ragen.sft.trainer.train_sft``); a
+optimizer steps (``ragen.trainer.update.optimizer_step``, ``ragen.sft.trainer.train_sft``); a
 non-finite one raises :class:`NonFiniteUpdate` there, so the weights never see it. The
 step's data is then saved for inspection, as plain tensors anyone can read::
 
@@ -54,3 +54,45 @@ def save_step_data(folder: Path, tensors: dict[str, Any], report: dict[str, Any]
     torch.save(kept, folder / "batch.pt")
     (folder / "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
     return folder
+
+
+def stop_error(
+    cfg: Any,
+    run_dir: Path,
+    step: int,
+    tensors: dict[str, Any],
+    what: str,
+    metrics: dict[str, float],
+    last_checkpoint: Path | None,
+    resume_hint: str,
+) -> NonFiniteError:
+    """Save step ``step + 1``'s batch (``tensors``: its fields) for inspection; the
+    one-line error that stops the run. ``cfg``: the run's ``TrainConfig``."""
+    from ragen.run_layout import step_dir_name
+
+    m, a = cfg.model, cfg.algo
+    folder = run_dir / NONFINITE_DIR / step_dir_name(step + 1)
+    report = {
+        "step": step + 1,
+        "what": what,
+        "settings": {
+            "model.actor_lr": m.actor_lr,
+            "model.critic_lr": m.critic_lr,
+            "algo.grad_clip": a.grad_clip,
+            "algo.adv_estimator": a.adv_estimator,
+        },
+        "metrics": metrics,
+    }
+    save_step_data(folder, tensors, report)
+    kept = (
+        f"the last checkpoint is {last_checkpoint}"
+        if last_checkpoint is not None
+        else "no checkpoint was saved yet"
+    )
+    return NonFiniteError(
+        f"step {step + 1}: {what}, so the run stops before that optimizer step; the "
+        f"step's batch is saved in {folder} for "
+        f"inspection; {kept}. Fix: lower model.actor_lr (now {m.actor_lr:g}) or "
+        f"model.critic_lr (now {m.critic_lr:g}), or look for inf/NaN rewards in "
+        f"{folder}/batch.pt. {resume_hint}"
+    )

@@ -1,11 +1,17 @@
-"""``ragen train env=... algo=... model=... section.key=value ...``"""
+"""``ragen train env=... algo=... model=... section.key=value ...``
+
+The one place the trainer and the scale-out meet: ``ragen.trainer`` never imports
+``ragen.distributed`` (which builds on the trainer's phases), so the command hands the
+trainer the scale-out it attaches when ``trainer.rollout_workers`` or
+``trainer.train_ranks`` ask for one (:func:`scale_out`).
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from .signals import TrainingInterrupted
+from ragen.trainer.signals import TrainingInterrupted
 
 
 def add_parser(subparsers) -> None:
@@ -41,8 +47,8 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     # deferred: the config imports torch (its choices come from ragen.algo), and `ragen
     # --help` must not wait for it
-    from .config import load_config, preset_names
-    from .config_help import commented_yaml, help_text, markdown
+    from ragen.trainer.config import load_config, preset_names
+    from ragen.trainer.config_help import commented_yaml, help_text, markdown
 
     if args.help_config:
         print(markdown() if args.help_config == "markdown" else help_text(), end="")
@@ -55,12 +61,20 @@ def run(args: argparse.Namespace) -> int:
     if args.print_config:
         print(commented_yaml(cfg), end="")
         return 0
-    from .starpo import train  # deferred: imports torch
+    from ragen.trainer.starpo import train  # deferred: imports torch
 
     try:
-        train(cfg, argv=args.overrides)
+        train(cfg, argv=args.overrides, scale_out=scale_out)
     except TrainingInterrupted as stop:
         # the message holds what was saved and the exact command that resumes
         print(str(stop), file=sys.stderr, flush=True)
         return stop.exit_code  # 130 after SIGINT, 143 after SIGTERM
     return 0
+
+
+def scale_out(trainer):
+    """Rollout workers and training ranks for ``trainer`` (``ragen.distributed.ScaleOut``;
+    deferred: Ray and torch.distributed load only for a run that scales out)."""
+    from ragen.distributed import ScaleOut
+
+    return ScaleOut(trainer)
