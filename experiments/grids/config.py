@@ -97,7 +97,10 @@ def load_study_config(path: str | Path | None, overrides: list[str] = ()) -> Stu
             if not file.exists():
                 names = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
                 raise ConfigError(f"no study config {path!r}; presets: {names}")
-            base = OmegaConf.merge(base, OmegaConf.load(file))
+            loaded = OmegaConf.load(file)
+            if OmegaConf.select(loaded, "rl.variants") is not None:
+                base.rl.variants = {}  # a file's variants replace the defaults, not add to them
+            base = OmegaConf.merge(base, loaded)
         base = OmegaConf.merge(base, OmegaConf.from_dotlist(list(overrides)))
     except ConfigError:
         raise
