@@ -28,6 +28,11 @@ from ragen.errors import ConfigError  # noqa: E402
 
 RAY = str(Path(sys.executable).with_name("ray"))
 HOST = "127.0.0.1"
+# Ray reads its auth settings once per process, at its first init: after an earlier
+# test's local (unauthenticated) Ray, this process cannot join a token-auth cluster. So
+# the tests that use the cluster run in a fresh process of their own
+# (test_the_cluster_tests_in_a_fresh_process), and are skipped in the suite's process.
+IN_FRESH_PROCESS = os.environ.get("RAGEN_RAY_CLUSTER_CHILD") == "1"
 
 
 def _free_port() -> int:
@@ -92,6 +97,8 @@ def _stop(proc: subprocess.Popen) -> None:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """``(address, head, node2, env)``: a running 2-node cluster, this process joined."""
+    if not IN_FRESH_PROCESS:
+        pytest.skip("runs in a fresh process: test_the_cluster_tests_in_a_fresh_process")
     if ray.is_initialized():
         ray.shutdown()
     logs = tmp_path_factory.mktemp("ray_cluster")
@@ -246,3 +253,16 @@ def test_killing_the_second_node_replays_its_groups(cluster, tiny_model_dir):
     for x, y in zip(expected.trajectories, result.trajectories):
         assert (x.group_id, x.episode_id) == (y.group_id, y.episode_id)
         assert x.input_ids == y.input_ids and x.end_reason == y.end_reason
+
+
+def test_the_cluster_tests_in_a_fresh_process():
+    """This module's cluster tests, in a process whose first Ray is the cluster's."""
+    if IN_FRESH_PROCESS:
+        pytest.skip("this is the fresh process")
+    env = {**os.environ, "RAGEN_RAY_CLUSTER_CHILD": "1"}
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
+        env=env, capture_output=True, text=True, timeout=1200,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-2000:]
+    assert " passed" in out.stdout and "skipped" in out.stdout  # the runner skips itself
