@@ -109,7 +109,7 @@ class Budget:
 
     tiny_size: str = "nano"  # tiny:nano, 1.2M parameters: fast enough for a 2-core CPU
     # expert episodes for the warm start; the grids need many: the model learns to read
-    # a grid only after several hundred SFT steps (docs/RESULTS.md)
+    # a grid only after several hundred SFT steps
     sft_episodes: dict[str, int] = field(
         default_factory=lambda: {"bandit": 512, "frozen_lake": 2048, "sokoban": 2048}
     )
@@ -130,7 +130,7 @@ class Budget:
         default_factory=lambda: {"bandit": 40, "frozen_lake": 40, "sokoban": 40}
     )
     # actor lr per env (unset: the tiny preset's 3e-4). On the grids 3e-4 collapsed one
-    # Sokoban seed in three (success 0 within 10 steps, docs/RESULTS.md); 1e-4 holds.
+    # Sokoban seed in three (success 0 within 10 steps); 1e-4 holds.
     actor_lr: dict[str, float] = field(
         default_factory=lambda: {"frozen_lake": 1e-4, "sokoban": 1e-4}
     )

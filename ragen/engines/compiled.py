@@ -14,8 +14,7 @@ where the direct step runs, the prefill's forward too
 (:meth:`ragen.engines.direct.DirectDecodeStep.prefill`: one additive mask per call,
 grouped-query SDPA without K/V copies; ``direct_prefill=False`` keeps transformers'
 forward for it). What the decode step changes, from ``torch.profiler`` traces of the step of
-128 rows of ``tiny:nano`` (one thread; docs/RESULTS.md, "Rollout and update speed",
-has the figures):
+128 rows of ``tiny:nano`` (one thread):
 
 * the decode attention. ``scaled_dot_product_attention`` with one query per row read
   the K/V views through its long-query kernel, ~1.6 ms per layer for 16 MB of K/V
@@ -58,7 +57,7 @@ length, so they are not the default. The fixed-shape variant (K/V written at a t
 position with ``index_copy_``, every step attending over the whole capacity under the
 mask) was prototyped on CPU: it compiled (104 s under load) to 10.2 ms/step against
 12.5 ms uncompiled, no better than the dynamic graph, and no GPU was available to
-measure the case it exists for (docs/RESULTS.md, "Rollout and update speed").
+measure the case it exists for.
 """
 
 from __future__ import annotations
@@ -121,7 +120,7 @@ class StaticHFEngine(HFEngine):
     exactly; the prefill widens a copy). The residual stream, norms, RoPE, softmax and
     attention arithmetic stay fp32. NOT exact: log-probs differ from the trainer's fp32
     recompute by ~1e-3 on average, ~5e-3 at most, and most rows draw other ids within a
-    few steps (docs/RESULTS.md, "Rollout and update speed"). Requested where the direct
+    few steps. Requested where the direct
     step (or the kernel) is unavailable, they log a warning and decode in the model's
     dtype.
     """
@@ -314,7 +313,7 @@ def make_hf_engine(model, tokenizer, engine: str = "static", **kwargs) -> HFEngi
     module doc); ``static`` is the default: 1.95x ``before`` per step on the dev CPU for
     ``tiny:nano`` (1.64x for ``tiny:micro``), faster than ``compiled`` (which keeps
     transformers' forward), and nothing to compile but the ~1 s C kernel, once per
-    machine (docs/RESULTS.md, "Rollout and update speed"); ``compiled`` adds a one-off
+    machine; ``compiled`` adds a one-off
     compile of seconds to minutes.
     """
     if engine == "eager":

@@ -14,7 +14,7 @@ goal and steps around holes. ``oracle_gamma=1`` maximizes the chance of *ever* r
 instead; that policy takes long cautious detours (walking into walls so a slip cannot
 reach a hole), which a turn budget cannot afford: on random 4x4 maps at ``p = 0.8`` it
 reaches the goal within 10 steps in 66% of episodes against 90% for ``gamma = 0.9``, and
-its moves are a far harder function of the map to learn (docs/RESULTS.md).
+its moves are a far harder function of the map to learn.
 
 Observation formats (``observation_format``, see ``ragen.envs.facts``)::
 

@@ -78,7 +78,7 @@ class SFTConfig:
     # padded tokens per forward/backward micro-batch. 4096 pads Sokoban expert data 9%
     # (16384: 20%) and ran an epoch 1.3-1.4x faster with the same losses, but in one
     # demo-length run the grid phase change came later; kept at 16384 until measured on
-    # more seeds (docs/RESULTS.md, "SFT warm starts and the SFT loss plateau")
+    # more seeds
     # 0 (auto): 16384, or what fits in free memory when less (ragen.models.memory)
     micro_token_budget: int = 0
     lr: float = 5e-4
@@ -87,8 +87,7 @@ class SFTConfig:
     weight_decay: float = 0.0
     # AdamW's second-moment decay. 0.95 (as in most LLM pretraining) adapts the step
     # size faster than PyTorch's 0.999 when the gradient scale changes, as it does when
-    # a from-scratch model leaves its loss plateau (docs/RESULTS.md, "SFT warm starts and
-    # the SFT loss plateau")
+    # a from-scratch model leaves its loss plateau
     adam_beta2: float = 0.999
     # expert episodes (from validation-disjoint training states, apart from the training
     # data) whose loss and per-token accuracy are measured after every epoch: does the
@@ -101,8 +100,7 @@ class SFTConfig:
     aux_reasoning: str | None = None
     aux_episodes: int = 0
     # A from-scratch model either leaves its loss plateau (predicting the most common
-    # move) or stays on it, depending on its random init (docs/RESULTS.md, "SFT warm
-    # starts and the SFT loss plateau"). With fit_check > 0 the fit is checked once that
+    # move) or stays on it, depending on its random init. With fit_check > 0 the fit is checked once that
     # fraction of the optimizer steps has run: the greedy reply must match the expert's
     # on at least fit_min_reply_accuracy of a slice of the training data (never the
     # validation states), else a from-scratch tiny model is drawn again with a new init
@@ -121,8 +119,7 @@ class SFTConfig:
     # forward + backward under bf16 autocast on a CPU with bf16 instructions (weights,
     # grads and AdamW stay float32; a no-op elsewhere: ragen.models.precision). On the
     # dev CPU (avx512_bf16) 1.4x faster, the same loss for 16 steps, but in the demo's
-    # 1,032-step Sokoban warm start the loss plateau lasted longer (docs/RESULTS.md,
-    # "SFT warm starts and the SFT loss plateau"), so it is off by default
+    # 1,032-step Sokoban warm start the loss plateau lasted longer, so it is off by default
     bf16: bool = False
 
     def validate(self) -> None:

@@ -233,7 +233,7 @@ def mask_certain_tokens(batch: TrainingBatch, min_entropy: float) -> dict[str, f
     (``algo.pg_min_entropy``). Why: a reply template's tokens (tags, the words around the
     decision) have p ~ 1 and entropy ~ 0; in a batch of mostly failed episodes they carry
     negative advantages, and although each gradient ``(1 - p)`` is tiny, Adam scales small
-    consistent gradients up to full steps, until the template breaks (docs/RESULTS.md).
+    consistent gradients up to full steps, until the template breaks.
     Only the "forking" tokens, where the policy actually chooses, take the policy
     gradient. Returns ``actor/pg_token_frac``, the share of response tokens kept.
     """
@@ -255,7 +255,7 @@ def floor_advantages(batch: TrainingBatch, floor: float) -> dict[str, float]:
     behaviour cloning (RAFT, ReST), with the group or critic baseline as the filter.
     Why: when a reply names its move twice (the thought, then the answer copying it), a
     negative advantage on the copied answer token teaches the answer to differ from the
-    thought, and the copy breaks before the decision improves (docs/RESULTS.md). The
+    thought, and the copy breaks before the decision improves. The
     expected gradient is no longer unbiased; it still moves probability from worse to
     better moves, since raising a token lowers its alternatives.
     Returns ``actor/floored_frac``, the share of response tokens raised.

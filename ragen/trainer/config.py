@@ -555,8 +555,7 @@ class TrainerSection:
     bf16_cpu: bool = option(
         False,
         "bf16 autocast on a CPU with bf16 instructions (avx512_bf16 / AMX) for the "
-        'log-probs, values and update; generation stays float32 (docs/RESULTS.md, "Rollout '
-        'and update speed")',
+        "log-probs, values and update; generation stays float32",
     )
     rollout_workers: int = option(
         0,
