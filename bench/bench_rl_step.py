@@ -65,13 +65,12 @@ REPO = HERE.parent.parent
 def demo_overrides(args, run_dir: str) -> list[str]:
     """``ragen train`` overrides of the demo's RL stage for ``args.env`` (Demo.stage_rl),
     at ``args.groups x args.group_size`` episodes per update."""
-    import dataclasses
 
     from ragen.demo import BUDGETS, ENV_SHAPE, rollout_overrides
 
-    budget = BUDGETS["full"]
+    budget = BUDGETS["classic"]
     if args.reasoning:
-        budget = dataclasses.replace(budget, reasoning=args.reasoning)
+        budget = budget.playing(args.reasoning)
     # Demo.mini_batch_size: all StarPO-S keeps in one optimizer step
     mini = max(1, args.groups * args.group_size // 4) * ENV_SHAPE[args.env].samples_per_episode
     lr = budget.actor_lr.get(args.env)

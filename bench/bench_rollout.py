@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> None:
 
         from ragen.demo import BUDGETS, ENV_SHAPE
 
-        budget = BUDGETS["full"]
+        budget = BUDGETS["classic"]
         shape = ENV_SHAPE[args.env].rollout(budget, args.env)
         cfg = dataclasses.replace(shape, temperature=1.0, seed=args.seed)
         env_config = budget.env_config(args.env)

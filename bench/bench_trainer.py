@@ -103,7 +103,7 @@ def _rollout_config(args):
     if args.demo:
         from ragen.demo import BUDGETS, ENV_SHAPE
 
-        return ENV_SHAPE[args.env].rollout(BUDGETS["full"], args.env)
+        return ENV_SHAPE[args.env].rollout(BUDGETS["classic"], args.env)
     return RolloutConfig(max_turns=5, max_new_tokens=48, prompt_style=args.prompt_style)
 
 
@@ -119,7 +119,7 @@ def run_sft(args, bf16: bool) -> None:
     if args.demo:
         from ragen.demo import BUDGETS, ENV_SHAPE
 
-        budget = BUDGETS["full"]
+        budget = BUDGETS["classic"]
         demo = dict(
             epsilon=budget.sft_epsilon[args.env],
             actions_per_turn=ENV_SHAPE[args.env].actions_per_turn,
@@ -167,7 +167,7 @@ def run(args, bf16_cpu: bool) -> None:
                 f"trainer.bf16_cpu={str(bf16_cpu).lower()}",
                 f"rollout.env_groups={args.groups}",
                 f"rollout.group_size={args.group_size}",
-                *(rollout_overrides(args.env, BUDGETS["full"]) if args.demo else []),
+                *(rollout_overrides(args.env, BUDGETS["classic"]) if args.demo else []),
                 *(
                     []
                     if args.demo

@@ -5,8 +5,8 @@ A study is a folder ``experiments/<name>/`` with ``run.py`` (``python -m
 experiments.<name>.run``), its ``config.yaml`` and its ``results.md``. The config holds
 the defaults of the script's options, by their long names (``seeds: [0, 1, 2]`` for
 ``--seeds``), and under ``budget:`` the demo's work per stage (``ragen.demo.Budget``:
-``preset: full`` or ``toy``, then any of its fields; a per-env field merges over the
-preset's). The command line overrides the config; ``--config toy`` picks
+``preset: classic`` (the default), ``full`` or ``toy``, then any of its fields; a
+per-env field merges over the preset's). The command line overrides the config; ``--config toy`` picks
 ``<study>/toy.yaml``, ``--config PATH`` any file.
 """
 
@@ -75,12 +75,13 @@ EVAL_KEYS = (
 # -- configs ----------------------------------------------------------------------------
 def load_budget(section: dict[str, Any] | None, presets: dict[str, Any] | None = None) -> Any:
     """A ``budget:`` section -> a budget: ``preset`` (of ``presets``, by default the
-    demo's :data:`~ragen.demo.BUDGETS`: ``full``, what ``make demo`` runs; ``toy``, a
-    smoke run) with the other keys' fields replaced; a per-env field
-    (``sft_episodes: {sokoban: 8192}``) merges over the preset's."""
+    demo's :data:`~ragen.demo.BUDGETS`: ``classic``, the demo the earlier studies
+    measured, and the default; ``full``, what ``make demo`` runs; ``toy``, a smoke run)
+    with the other keys' fields replaced; a per-env field (``sft_episodes: {sokoban:
+    8192}``) merges over the preset's."""
     presets = BUDGETS if presets is None else presets
     section = dict(section or {})
-    preset = section.pop("preset", "full")
+    preset = section.pop("preset", "classic")
     if preset not in presets:
         raise ConfigError(f"budget.preset: unknown {preset!r}. Fix: one of {', '.join(presets)}")
     base = presets[preset]
@@ -406,8 +407,8 @@ def play_heldout(
     the same states and samples for every model. ``batch_groups``: episodes per
     generate call; ``dtype``: the model's (None: ``load_policy``'s default, bf16 on a
     CUDA device); ``budget``: the :class:`~ragen.demo.Budget` whose rollout settings
-    apply (default: ``full``, the demo's)."""
-    budget = dataclasses.replace(budget or BUDGETS["full"], reasoning=fmt)
+    apply (default: ``classic``, the budget the earlier studies measured)."""
+    budget = (budget or BUDGETS["classic"]).playing(fmt)
     shape = ENV_SHAPE[env]
     return run_evaluation(
         model_path(model),

@@ -74,7 +74,7 @@ def test_the_config_gives_defaults_and_the_command_line_wins(tmp_path):
     args = parse_study_args(_parser(), [], study)
     assert args.seeds == [0, 1, 2] and args.env == ["sokoban"] and args.variant == ["a:", "b:x=1"]
     assert args.budget.env_groups == 32
-    assert args.budget.sft_episodes == {**BUDGETS["full"].sft_episodes, "sokoban": 8192}
+    assert args.budget.sft_episodes == {**BUDGETS["classic"].sft_episodes, "sokoban": 8192}
     args = parse_study_args(_parser(), ["--env", "frozen_lake", "--variant", "c:"], study)
     assert args.env == ["frozen_lake"] and args.variant == ["c:"]  # replaced, not appended
 

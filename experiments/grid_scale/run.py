@@ -305,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     for v, _ in scoped:
         parse_variant(v)  # fail before any job starts
     base = warm_start_budget(args.budget, args)
-    budget = dataclasses.replace(base, reasoning=FORMAT, extra=[*base.extra, *args.extra])
+    budget = dataclasses.replace(base.playing(FORMAT), extra=[*base.extra, *args.extra])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results_path = out / "results.json"

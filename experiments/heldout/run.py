@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)
-    budget = dataclasses.replace(BUDGETS["full"], observation_format=args.observation_format)
+    budget = dataclasses.replace(BUDGETS["classic"], observation_format=args.observation_format)
     results = {}
     for model in args.models:
         result = play_heldout(

@@ -54,7 +54,6 @@ def room_spread(rates) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import dataclasses
 
     from ragen.agent.env_manager import EnvStateManager
     from ragen.demo import BUDGETS, ENV_SHAPE
@@ -84,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="write the result as JSON here")
     args = p.parse_args(argv)
 
-    budget = dataclasses.replace(BUDGETS["full"], reasoning=args.format)
+    budget = BUDGETS["classic"].playing(args.format)
     rollout = ENV_SHAPE[args.env].rollout(budget, args.env)
     pool = EnvStateManager(
         args.env, env_groups=1, group_size=1, seed=args.seed, train_states=args.pool

@@ -78,7 +78,7 @@ def run_job(
     torch.manual_seed(seed)
     tic = time.perf_counter()
     folder = out / env / fmt / f"seed{seed}"
-    fmt_budget = dataclasses.replace(budget, reasoning=fmt)
+    fmt_budget = budget.playing(fmt)
     tiny = out / "tiny" / f"seed{seed}"
     demo = GridRun(folder, fmt_budget, env, seed, tiny, "outcome")
     result: dict[str, Any] = {"env": env, "format": fmt, "seed": seed}

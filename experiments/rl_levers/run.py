@@ -28,7 +28,6 @@ validation ones at every validation.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
@@ -64,7 +63,7 @@ def run_job(
     torch.manual_seed(seed)
     tic = time.perf_counter()
     name, changes, overrides = parse_variant(variant)
-    b = variant_budget(dataclasses.replace(budget, reasoning=fmt), env, changes, overrides)
+    b = variant_budget(budget.playing(fmt), env, changes, overrides)
     source = GridRun(
         warm / env / fmt / f"seed{seed}", b, env, seed, warm / "tiny" / f"seed{seed}", "x"
     )

@@ -1,0 +1,94 @@
+"""The demo's budgets: what each env's SFT and RL stages are actually configured with."""
+
+import argparse
+import dataclasses
+
+import pytest
+
+import ragen.sft.trainer as sft_trainer
+import ragen.trainer.starpo as starpo
+from ragen.demo import BUDGETS, GRID_SFT, Demo, budget_from_args
+
+
+def test_full_budget_plays_the_grids_with_one_move_replies_and_the_bandit_with_thoughts():
+    full = BUDGETS["full"]
+    for env in ("frozen_lake", "sokoban"):
+        assert full.reasoning_of(env) == "no_think" and full.new_tokens(env) == 16
+    assert full.reasoning_of("bandit") == "free_think"
+    assert full.new_tokens("bandit") == full.max_new_tokens
+    # one format asked for on the command line applies to every env, grids included
+    chosen = budget_from_args(
+        argparse.Namespace(budget="full", reasoning="grounding", reasoning_reward=[])
+    )
+    assert chosen.reasoning_of("sokoban") == "grounding"
+    assert chosen.new_tokens("sokoban") == full.structured_max_new_tokens
+    # the classic budget is the demo the earlier studies measured: one recipe, free_think
+    classic = BUDGETS["classic"]
+    assert classic.reasoning_of("sokoban") == "free_think" and not classic.sft_overrides
+
+
+def test_stage_sft_applies_the_envs_recipe_over_the_shared_fields(tmp_path, monkeypatch):
+    seen = {}
+    monkeypatch.setattr(sft_trainer, "run_sft", lambda model, out, cfg, log: seen.update(cfg=cfg))
+    demo = Demo(tmp_path, BUDGETS["full"], ["sokoban", "bandit"])
+    (tmp_path / "tiny").mkdir()
+    (tmp_path / "tiny" / "config.json").write_text("{}")
+
+    demo.stage_sft("sokoban")
+    cfg = seen["cfg"]
+    for key, value in GRID_SFT.items():
+        assert getattr(cfg, key) == value, key
+    assert cfg.labels == "expert" and cfg.rollout.reasoning == "no_think"
+    assert cfg.rollout.max_new_tokens == 16
+
+    demo.stage_sft("bandit")  # no recipe of its own: the shared fields
+    cfg = seen["cfg"]
+    assert cfg.lr == BUDGETS["full"].sft_lr and cfg.aux_reasoning is None
+    assert cfg.labels == "played" and cfg.heldout_episodes == 0
+
+
+def test_stage_rl_passes_the_envs_critic_lr_and_its_own_overrides(tmp_path, monkeypatch):
+    seen = {}
+
+    class Recorder:
+        def __init__(self, cfg):
+            seen["cfg"] = cfg
+
+        def train(self):
+            pass
+
+    monkeypatch.setattr(starpo, "StarPOTrainer", Recorder)
+    demo = Demo(tmp_path, BUDGETS["full"], ["sokoban"])
+    (demo.sft_dir("sokoban")).mkdir(parents=True)
+    (demo.sft_dir("sokoban") / "config.json").write_text("{}")
+    demo.stage_rl("sokoban")
+    cfg = seen["cfg"]
+    assert cfg.model.critic_lr == 1e-5 and cfg.model.actor_lr == 1e-4
+    assert cfg.algo.dynamic_sampling.enabled and cfg.algo.filter.value == 1.0
+    assert cfg.algo.ppo_mini_batch_size == 640
+    assert cfg.trainer.total_steps == 80
+    assert cfg.rollout.reasoning == "no_think" and cfg.rollout.max_new_tokens == 16
+
+
+def test_the_longest_pipelines_are_started_first(tmp_path):
+    demo = Demo(tmp_path, BUDGETS["full"], ["bandit", "frozen_lake", "sokoban"])
+    order = sorted(demo.envs, key=demo.turns_of_work, reverse=True)
+    assert order[-1] == "bandit"  # two workers: the grids start at once, the bandit after
+
+
+@pytest.mark.parametrize("name", sorted(BUDGETS))
+def test_every_budgets_per_env_sft_fields_are_sft_config_fields(name):
+    fields = {f.name for f in dataclasses.fields(sft_trainer.SFTConfig)}
+    for env, changes in BUDGETS[name].sft_overrides.items():
+        assert set(changes) <= fields, (name, env)
+
+
+def test_an_unknown_sft_field_is_a_usage_error_naming_it(tmp_path):
+    from ragen.errors import UsageError
+
+    budget = dataclasses.replace(BUDGETS["toy"], sft_overrides={"sokoban": {"learning_rate": 1}})
+    demo = Demo(tmp_path, budget, ["sokoban"])
+    (tmp_path / "tiny").mkdir()
+    (tmp_path / "tiny" / "config.json").write_text("{}")
+    with pytest.raises(UsageError, match="learning_rate"):
+        demo.stage_sft("sokoban")
