@@ -169,3 +169,29 @@ def test_one_command_trains_the_sweep_and_writes_figure_table_thresholds(tmp_pat
     mtime = (out / "runs" / "fresh" / "seed0" / "metrics.jsonl").stat().st_mtime
     assert main([*args, "--report-only"]) == 0
     assert (out / "runs" / "fresh" / "seed0" / "metrics.jsonl").stat().st_mtime == mtime
+
+
+def test_jobs_train_the_runs_side_by_side_from_warm_starts_built_once(tmp_path):
+    from experiments.findings.run import main
+
+    config = tmp_path / "toy.yaml"
+    config.write_text(TOY.replace("collapse:", "# collapse:") + "seeds: [0, 1]\n")
+    results = tmp_path / "results"
+    args = [str(config), "--root", str(tmp_path / "root"), "--results", str(results)]
+    assert main([*args, "--jobs", "2"]) == 0
+    runs = tmp_path / "root" / "toy" / "runs"
+    for v in ("fresh", "reuse2"):
+        for s in (0, 1):
+            assert (runs / v / f"seed{s}" / sweep.DONE).exists()
+    # both variants play alike: one warm start per seed, shared
+    warm = [p for p in (tmp_path / "root" / "warm").iterdir() if not p.name.startswith("tiny")]
+    assert len(warm) == 1 and sorted(p.name for p in warm[0].iterdir()) == ["seed0", "seed1"]
+    assert "| fresh | 2 |" in (results / "toy.md").read_text()
+    assert main([*args, "--jobs", "0"]) == 2  # a usage error, one line
+
+
+def test_a_failed_job_leaves_the_others_and_names_itself():
+    from experiments.findings.run import _in_processes
+
+    with pytest.raises(RuntimeError, match=r"1 of 2 jobs failed[\s\S]*bad: ValueError"):
+        _in_processes(int, {"bad": ("x",), "good": ("3",)}, jobs=2)

@@ -1,6 +1,7 @@
 """The paper's findings, each reproduced by one command over several seeds.
 
     python -m experiments.findings.run echo_trap                 # the CPU sweep
+    python -m experiments.findings.run diversity --jobs 2        # two runs side by side
     python -m experiments.findings.run echo_trap --budget gpu    # the same, GPU-sized
     python -m experiments.findings.run filter seeds=[0,1] steps=20
     python -m experiments.findings.run filter --report-only      # figure and table again
@@ -62,12 +63,75 @@ def stem(finding: str, budget: str | None) -> str:
 
 # -- the sweep ------------------------------------------------------------------------
 def run_sweep(
-    cfg: FindingConfig, root: Path, out: Path, seeds: list[int], extra: list[str] = ()
+    cfg: FindingConfig,
+    root: Path,
+    out: Path,
+    seeds: list[int],
+    extra: list[str] = (),
+    jobs: int = 1,
 ) -> None:
-    """Every (variant, seed) run, one after another."""
-    for name in cfg.variants:
-        for seed in seeds:
+    """Every (variant, seed) run: one after another, or ``jobs`` processes side by side
+    (each with ``cfg.threads`` threads): the warm starts first, one per distinct warm
+    start and seed (variants that play alike share one), then the RL runs."""
+    runs = [(name, seed) for name in cfg.variants for seed in seeds]
+    if jobs <= 1:
+        for name, seed in runs:
             sweep.run_rl(root, out, cfg, name, seed, extra=list(extra), log=log)
+        return
+    warm = {}  # one job per warm-start folder: two processes never build the same one
+    for name, seed in runs:
+        warm.setdefault(sweep.warm_dir(root, cfg, cfg.variants[name], seed), (name, seed))
+    _in_processes(
+        _warm_job, {f"warm start {n} seed {s}": (root, cfg, n, s) for n, s in warm.values()}, jobs
+    )
+    _in_processes(
+        _rl_job, {f"RL {n} seed {s}": (root, out, cfg, n, s, list(extra)) for n, s in runs}, jobs
+    )
+
+
+def _warm_job(root: Path, cfg: FindingConfig, name: str, seed: int) -> None:
+    import torch
+
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(seed)
+    sweep.warm_start(root, cfg, cfg.variants[name], seed, log=log)
+
+
+def _rl_job(root: Path, out: Path, cfg: FindingConfig, name: str, seed: int, extra) -> None:
+    sweep.run_rl(root, out, cfg, name, seed, extra=extra, log=log)
+
+
+def _in_processes(fn, tasks: dict[str, tuple], jobs: int) -> None:
+    """``fn(*args)`` for every ``label: args`` of ``tasks``, ``jobs`` spawned processes at
+    a time; the others go on when one fails, and the failures are raised together."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    from ragen.demo import exit_with_parent
+
+    if not tasks:
+        return
+    failed = []
+    ctx = multiprocessing.get_context("spawn")  # a clean torch in every worker
+    with ProcessPoolExecutor(
+        max_workers=min(jobs, len(tasks)),
+        mp_context=ctx,
+        initializer=exit_with_parent,
+        initargs=(os.getpid(),),
+    ) as pool:
+        futures = {pool.submit(fn, *args): label for label, args in tasks.items()}
+        for future in as_completed(futures):
+            try:
+                future.result()
+                log(f"{futures[future]}: done")
+            except Exception as err:  # the other runs go on; this one is reported below
+                failed.append(f"{futures[future]}: {type(err).__name__}: {err}")
+                log(f"FAILED: {failed[-1]}")
+    if failed:
+        raise RuntimeError(
+            f"{len(failed)} of {len(tasks)} jobs failed (the others finished and are "
+            "kept; re-running the command trains only what is missing):\n  " + "\n  ".join(failed)
+        )
 
 
 def evaluate_runs(cfg: FindingConfig, root: Path, out: Path, seeds: list[int], store: dict):
@@ -245,6 +309,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--root", default="runs/findings", help="shared warm starts live here")
     p.add_argument("--results", default=str(RESULTS_DIR), help="figure, table and numbers")
     p.add_argument("--report-only", action="store_true", help="no training: report")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="runs trained side by side in separate processes (each with the finding's "
+        "threads; e.g. 2 on a 2-core CPU)",
+    )
     p.add_argument("--list", action="store_true", help="the findings and their titles")
     p.add_argument("--help-config", action="store_true", help="every config key with its help")
     args = p.parse_intermixed_args(argv)  # overrides before or after the options
@@ -277,14 +348,18 @@ def _run(args) -> int:
     argv = [a for a in sys.argv[1:] if a != "--report-only"]
     command = shlex.join(["python", "-m", "experiments.findings.run", *argv])
     if not args.report_only:
+        from ragen.errors import UsageError
+
+        if args.jobs < 1:
+            raise UsageError(f"--jobs must be >= 1, got {args.jobs}")
         if cfg.collapse is None:
-            run_sweep(cfg, root, out, cfg.seeds)
+            run_sweep(cfg, root, out, cfg.seeds, jobs=args.jobs)
         else:
             from experiments.findings import collapse_report
 
-            run_sweep(cfg, root, out, cfg.collapse.calibrate_seeds)
+            run_sweep(cfg, root, out, cfg.collapse.calibrate_seeds, jobs=args.jobs)
             extra = collapse_report.calibrate_and_save(cfg, out, results, name)
-            run_sweep(cfg, root, out, cfg.collapse.score_seeds, extra)
+            run_sweep(cfg, root, out, cfg.collapse.score_seeds, extra, jobs=args.jobs)
         if cfg.eval_episodes:
             evals_path = out / "heldout.json"
             evals = json.loads(evals_path.read_text()) if evals_path.exists() else {}
