@@ -120,9 +120,8 @@ class StaticHFEngine(HFEngine):
     exactly; the prefill widens a copy). The residual stream, norms, RoPE, softmax and
     attention arithmetic stay fp32. NOT exact: log-probs differ from the trainer's fp32
     recompute by ~1e-3 on average, ~5e-3 at most, and most rows draw other ids within a
-    few steps. Requested where the direct
-    step (or the kernel) is unavailable, they log a warning and decode in the model's
-    dtype.
+    few steps. Requested where the direct step (or the kernel) is unavailable, they log
+    a warning and decode in the model's dtype.
     """
 
     def __init__(
@@ -313,8 +312,7 @@ def make_hf_engine(model, tokenizer, engine: str = "static", **kwargs) -> HFEngi
     module doc); ``static`` is the default: 1.95x ``before`` per step on the dev CPU for
     ``tiny:nano`` (1.64x for ``tiny:micro``), faster than ``compiled`` (which keeps
     transformers' forward), and nothing to compile but the ~1 s C kernel, once per
-    machine; ``compiled`` adds a one-off
-    compile of seconds to minutes.
+    machine; ``compiled`` adds a one-off compile of seconds to minutes.
     """
     if engine == "eager":
         return HFEngine(model, tokenizer, **kwargs)

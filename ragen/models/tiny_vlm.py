@@ -29,11 +29,11 @@ folder names the standard class, so ``AutoProcessor`` loads it where torchvision
 installed and ``ragen.models.load_policy`` everywhere.
 
 Why LLaVA by default: it is the simplest of the four (plain 1-D positions, its
-processor loads with ``AutoProcessor`` alone, the measurements of docs/RESULTS.md were
-made on it), and one ``<image>`` becomes a fixed number of ids, one per patch,
-``(image_size / patch_size)**2``: 36 for the default 84x84 input with 14-pixel
-patches, one patch per cell of ``sokoban_visual`` (a 6x6 room of 14-pixel cells). Images are resized to ``image_size`` (``frozen_lake_visual``'s 4x4 map of
-21-pixel cells is already 84x84).
+processor loads with ``AutoProcessor`` alone), and one ``<image>`` becomes a fixed
+number of ids, one per patch, ``(image_size / patch_size)**2``: 36 for the default 84x84
+input with 14-pixel patches, one patch per cell of ``sokoban_visual`` (a 6x6 room of
+14-pixel cells). Images are resized to ``image_size`` (``frozen_lake_visual``'s 4x4 map
+of 21-pixel cells is already 84x84).
 
 The chat template is ChatML that accepts string or list content (``{"type": "image"}``
 renders ``<image>``, ``{"type": "text"}`` its text), so it places one image per

@@ -100,12 +100,12 @@ class SFTConfig:
     aux_reasoning: str | None = None
     aux_episodes: int = 0
     # A from-scratch model either leaves its loss plateau (predicting the most common
-    # move) or stays on it, depending on its random init. With fit_check > 0 the fit is checked once that
-    # fraction of the optimizer steps has run: the greedy reply must match the expert's
-    # on at least fit_min_reply_accuracy of a slice of the training data (never the
-    # validation states), else a from-scratch tiny model is drawn again with a new init
-    # seed and trained from the start, at most fit_restarts times. A pretrained model is
-    # never re-drawn: a failed check is logged and training goes on
+    # move) or stays on it, depending on its random init. With fit_check > 0 the fit is
+    # checked once that fraction of the optimizer steps has run: the greedy reply must
+    # match the expert's on at least fit_min_reply_accuracy of a slice of the training
+    # data (never the validation states), else a from-scratch tiny model is drawn again
+    # with a new init seed and trained from the start, at most fit_restarts times. A
+    # pretrained model is never re-drawn: a failed check is logged and training goes on
     fit_check: float = 0.0
     fit_min_reply_accuracy: float = 0.5
     fit_restarts: int = 0
@@ -119,7 +119,8 @@ class SFTConfig:
     # forward + backward under bf16 autocast on a CPU with bf16 instructions (weights,
     # grads and AdamW stay float32; a no-op elsewhere: ragen.models.precision). On the
     # dev CPU (avx512_bf16) 1.4x faster, the same loss for 16 steps, but in the demo's
-    # 1,032-step Sokoban warm start the loss plateau lasted longer, so it is off by default
+    # 1,032-step Sokoban warm start the loss plateau lasted longer, so it is off by
+    # default
     bf16: bool = False
 
     def validate(self) -> None:
