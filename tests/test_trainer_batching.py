@@ -58,6 +58,20 @@ def test_micro_batches_respect_budget_and_cover_all():
     assert padding_fraction(lengths, batches) < 0.25
 
 
+def test_min_fill_splits_two_length_modes_within_the_budget():
+    # SFT's move samples beside its auxiliary replies: one pack pads the short ones
+    lengths = [170] * 4 + [110] * 4
+    assert len(token_budget_micro_batches(lengths, token_budget=16384)) == 1
+    split = token_budget_micro_batches(lengths, token_budget=16384, min_fill=0.75)
+    assert [sorted(lengths[i] for i in b) for b in split] == [[170] * 4, [110] * 4]
+    assert padding_fraction(lengths, split) == 0.0
+    # close lengths stay together; the budget still splits
+    assert len(token_budget_micro_batches([100, 95, 90], 16384, min_fill=0.75)) == 1
+    assert len(token_budget_micro_batches([100, 95, 90], 200, min_fill=0.75)) == 2
+    with pytest.raises(ValueError, match="min_fill"):
+        token_budget_micro_batches(lengths, 100, min_fill=1.0)
+
+
 def test_padding_fraction_exact():
     assert padding_fraction([4, 2], [[0, 1]]) == 1 - 6 / 8
     assert padding_fraction([4, 2], [[0], [1]]) == 0.0

@@ -41,6 +41,10 @@ from ragen.trainer.setup import apply_lora
 SFT_SEED_STEP = 10_000_000  # the training-seed step SFT's expert episodes start from
 SFT_HELDOUT_STEP = 10_000_001  # ... and the step of the held-out slice (never trained on)
 SFT_LABELS = ("expert", "played")
+# a micro-batch holds rows of at least this share of its longest: the grids' SFT mixes
+# ~110-token move samples with ~170-token auxiliary replies, and one pack of both pads
+# every move to 170 (the loss is summed over tokens, so the split changes no gradient)
+SFT_MIN_FILL = 0.75
 # a time budget times optimizer steps WARMUP_STEPS+1 .. BUDGET_PROBE_STEPS (the first ones
 # pay one-off costs: kernel selection, CUDA context, caches) before shortening the schedule
 #: training samples the fit check scores (``SFTConfig.fit_check``)
@@ -378,7 +382,7 @@ def train_sft(
             batch = collate(rows, pad_id)
             total_tokens = float(batch.response_mask.sum())
             loss_sum, problem = 0.0, ""
-            for _, mb in micro_batches(batch, range(batch.size), budget):
+            for _, mb in micro_batches(batch, range(batch.size), budget, SFT_MIN_FILL):
                 with autocast:
                     nll, _ = sft_loss(model, mb.to(device), processor)
                 problem = problem or nonfinite_loss(nll, "SFT loss", model)

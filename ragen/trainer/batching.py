@@ -137,17 +137,18 @@ def collate(trajectories: Sequence[Trajectory], pad_id: int) -> TrainingBatch:
 
 
 def micro_batches(
-    batch: TrainingBatch, rows: Sequence[int], token_budget: int
+    batch: TrainingBatch, rows: Sequence[int], token_budget: int, min_fill: float = 0.0
 ) -> list[tuple[list[int], TrainingBatch]]:
     """Split ``rows`` of ``batch`` into token-budget micro-batches (RL and SFT alike).
 
     Returns ``(row_ids, micro)`` pairs: ``micro = batch.rows(row_ids)``, padded to its own
     longest row, costing at most ``token_budget`` padded tokens unless a single row is
-    longer (:func:`token_budget_micro_batches`). Every row appears exactly once.
+    longer (:func:`token_budget_micro_batches`, which ``min_fill`` is passed to). Every
+    row appears exactly once.
     """
     rows = list(rows)
     lengths = batch.lengths.tolist()
-    packs = token_budget_micro_batches([lengths[i] for i in rows], token_budget)
+    packs = token_budget_micro_batches([lengths[i] for i in rows], token_budget, min_fill)
     out = []
     for pack in packs:
         ids = [rows[j] for j in pack]
@@ -268,21 +269,31 @@ def floor_advantages(batch: TrainingBatch, floor: float) -> dict[str, float]:
     return {"actor/floored_frac": float(below.sum()) / max(float(mask.sum()), 1.0)}
 
 
-def token_budget_micro_batches(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
+def token_budget_micro_batches(
+    lengths: Sequence[int], token_budget: int, min_fill: float = 0.0
+) -> list[list[int]]:
     """Pack sample indices into micro-batches whose PADDED size stays within a budget.
 
     Samples are sorted by length (longest first) and packed greedily: a micro-batch of
     n samples padded to its longest member costs ``n * max_len`` tokens. Sorting keeps
     lengths inside a micro-batch close, so padding waste stays small. A sample longer
     than the budget gets a micro-batch of its own.
+
+    ``min_fill`` in [0, 1): a sample shorter than ``min_fill * max_len`` of the current
+    micro-batch starts a new one even within the budget, so a batch of two length modes
+    (SFT's 110-token moves beside 170-token auxiliary replies) is not padded to the longer
+    mode throughout (0: fill up to the budget).
     """
+    if not 0.0 <= min_fill < 1.0:
+        raise ValueError(f"min_fill must be in [0, 1), got {min_fill}")
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
     batches: list[list[int]] = []
     current: list[int] = []
     current_max = 0
     for i in order:
         longest = max(current_max, lengths[i])
-        if current and longest * (len(current) + 1) > token_budget:
+        too_short = lengths[i] < min_fill * current_max
+        if current and (too_short or longest * (len(current) + 1) > token_budget):
             batches.append(current)
             current, longest = [], lengths[i]
         current.append(i)
