@@ -74,6 +74,12 @@ def test_rebuilt_step_matches_the_unoptimized_step(tiny_model_dir, tmp_path, mon
     assert fast_stats["duplicate_prompts"] > 0 and slow_stats["duplicate_prompts"] == 0
     assert all("timing/old_log_prob" not in m for m in fast)
     assert all("timing/old_log_prob" in m for m in slow)
+    # the fused critic update is a phase of its own in the step's time
+    assert all("timing/critic" in m and "timing/critic" not in n for m, n in zip(fast, slow))
+    for m in fast:
+        assert m["timing/step"] == pytest.approx(
+            sum(v for k, v in m.items() if k.startswith("timing/") and k != "timing/step")
+        )
     _assert_same(fast, slow, fast_weights, slow_weights, atol=1e-5)
 
 

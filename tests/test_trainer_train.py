@@ -62,6 +62,9 @@ def test_train_each_env_and_algo(tiny_model_dir, tmp_path, env, algo):
     ):
         assert key in lines[-1], key
     assert ("critic/value_loss" in lines[-1]) == (algo != "grpo")
+    # every phase is timed (the critic's pass too, where it is one): they add up to the step
+    phases = [v for k, v in lines[-1].items() if k.startswith("timing/") and k != "timing/step"]
+    assert lines[-1]["timing/step"] == pytest.approx(sum(phases) - lines[-1]["timing/validation"])
     # the context stayed token-exact with the tiny model's ChatML template
     assert lines[-1]["rollout/context_inexact"] == 0 == lines[-1]["rollout/context_fallbacks"]
     assert (run / "config.yaml").exists() and list((run / "trajectories").glob("*.jsonl"))

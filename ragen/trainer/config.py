@@ -518,6 +518,14 @@ class TrainerSection:
         "step (warning), or before the step the warned signal began to decline (onset)",
         choices=("warning", "onset"),
     )
+    critic_warmup: int = option(
+        0,
+        "the first this many steps train the critic alone (the actor waits, its lr "
+        "schedule too), so the value baseline has learned the states' values before it "
+        "weighs a policy update (verl's trainer.critic_warmup); needs a critic",
+        ge=0,
+        fix="0 (the actor trains from the first step) or a positive integer",
+    )
     rollout_reuse: int = option(
         1,
         "rollout freshness (the RAGEN paper's finding 5): each rollout's batch trains this "
@@ -921,6 +929,13 @@ def _check_combinations(cfg: TrainConfig) -> None:
             f"estimator {a.adv_estimator!r} needs a critic (value baseline) but use_critic=false",
             "set algo.use_critic=true or use a critic-free estimator "
             f"({', '.join(critic_free_estimators())})",
+        )
+    if cfg.trainer.critic_warmup and not a.use_critic:
+        _fail(
+            "trainer.critic_warmup",
+            f"{cfg.trainer.critic_warmup} steps of critic-only training, but there is no "
+            f"critic (algo.use_critic=false, estimator {a.adv_estimator!r})",
+            "set trainer.critic_warmup=0, or use a critic (algo.use_critic=true with gae)",
         )
     if estimator.needs_turn_ends and a.reward_placement != "turn":
         _fail(

@@ -483,6 +483,8 @@ class StarPOTrainer:
                     raise self._nonfinite_error(step, batch, str(err), metrics) from None
             elif self.critic is not None:
                 self.compute_values(batch)
+            if self.critic is not None:  # the critic's pass (update or values) is its own phase
+                timing["timing/critic"] = time.perf_counter() - tic
         else:
             phases.score_batch(batch, metrics)
             timing["timing/old_log_prob"] = time.perf_counter() - tic
@@ -503,10 +505,13 @@ class StarPOTrainer:
             raise self._nonfinite_error(step, batch, str(err), metrics) from None
         self._step_trained = True
         metrics.update(update_metrics)
-        if old_from_update:  # filled by the update's forward
+        actor_trained = step >= t.critic_warmup  # before: the critic alone trained
+        if old_from_update and actor_trained:  # filled by the update's forward
             metrics.update(logprob_agreement(batch))
         timing["timing/update"] = time.perf_counter() - tic
-        self.actor_sched.step()
+        metrics["trainer/critic_warmup"] = float(not actor_trained)
+        if actor_trained:  # the actor's schedule starts with its first update
+            self.actor_sched.step()
         if self.critic_sched is not None:
             self.critic_sched.step()
         if t.rollout_reuse > 1:

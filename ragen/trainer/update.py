@@ -54,8 +54,10 @@ def ppo_update(
     ``critic_stats``: the metrics of a critic update that already ran this step
     (:func:`critic_update_pass`); the critic is then not trained again.
     ``old_from_update``: the actor's forward gives ``batch.old_log_prob`` as it goes
-    (one epoch over one minibatch, ``ragen.trainer.onepass``)."""
+    (one epoch over one minibatch, ``ragen.trainer.onepass``).
+    During ``trainer.critic_warmup`` (``step`` below it) only the critic trains."""
     a = ctx.cfg.algo
+    train_actor = step >= ctx.cfg.trainer.critic_warmup
     B = batch.size
     lengths = batch.lengths.tolist()
     gen = minibatch_generator(ctx, step)
@@ -69,8 +71,9 @@ def ppo_update(
             rows = perm[start : start + a.ppo_mini_batch_size]
             micros = ctx.micro_batches(batch, rows)
             pad_fracs.append(padding_fraction(lengths, [ids for ids, _ in micros]))
-            for k, v in actor_minibatch(ctx, batch, rows, micros, old_from_update).items():
-                sums[k].append(v)
+            if train_actor:
+                for k, v in actor_minibatch(ctx, batch, rows, micros, old_from_update).items():
+                    sums[k].append(v)
             if ctx.models.critic is not None and critic_stats is None:
                 for k, v in critic_minibatch(ctx, batch, rows, micros).items():
                     sums[k].append(v)
