@@ -118,3 +118,31 @@ def test_more_expert_actions_than_the_prompt_allows_is_a_clear_error(tiny_model_
     )
     with pytest.raises(ValueError, match="max-actions-per-turn"):
         make_expert_data(tok, cfg)
+
+
+def test_length_split_micro_batches_leave_the_sft_gradient_unchanged(tiny_model_dir):
+    # the grids' SFT mix: move samples beside longer auxiliary-reply samples
+    from ragen.sft.trainer import SFT_MIN_FILL, auxiliary_config
+    from ragen.trainer.batching import micro_batches
+
+    model, tok = _load(tiny_model_dir)
+    rollout = RolloutConfig(
+        max_turns=3, context_window=0, reasoning="no_think", prompt_style="compact"
+    )
+    cfg = SFTConfig(env="sokoban", episodes=4, rollout=rollout, aux_reasoning="grounding",
+                    aux_episodes=4)  # fmt: skip
+    rows = make_expert_data(tok, cfg) + make_expert_data(tok, auxiliary_config(cfg))
+    batch = collate(rows, pad_id=tok.pad_token_id)
+    total = float(batch.response_mask.sum())
+
+    def grads(min_fill):
+        model.zero_grad()
+        packs = micro_batches(batch, range(batch.size), 1 << 20, min_fill)
+        for _, mb in packs:
+            (sft_loss(model, mb)[0] / total).backward()
+        return len(packs), torch.cat([p.grad.flatten() for p in model.parameters()])
+
+    one, whole = grads(0.0)
+    several, split = grads(SFT_MIN_FILL)
+    assert one == 1 and several > 1  # the two length modes went to their own packs
+    assert torch.allclose(whole, split, atol=1e-6, rtol=1e-4)
