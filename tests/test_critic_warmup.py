@@ -1,4 +1,5 @@
-"""``trainer.critic_warmup``: the first steps train the critic alone."""
+"""``trainer.critic_warmup``: the first steps train the critic alone; ``algo.critic_epochs``:
+the critic makes more passes over a step than the actor."""
 
 from __future__ import annotations
 
@@ -69,3 +70,25 @@ def test_the_actor_waits_while_the_critic_learns(tiny_model_dir, tmp_path, fused
 def test_critic_warmup_needs_a_critic(tiny_model_dir, tmp_path):
     with pytest.raises(ConfigError, match="trainer.critic_warmup.*no critic"):
         _config(tiny_model_dir, tmp_path / "run", "algo=grpo", "trainer.critic_warmup=3")
+
+
+def _optimizer_steps(optimizer) -> int:
+    return max(int(state["step"]) for state in optimizer.state.values())
+
+
+@pytest.mark.parametrize("minibatch", [24, 8])
+def test_critic_epochs_give_the_critic_more_passes_than_the_actor(
+    tiny_model_dir, tmp_path, minibatch
+):
+    cfg = _config(
+        tiny_model_dir, tmp_path / "run", "algo.critic_epochs=3",
+        f"algo.ppo_mini_batch_size={minibatch}",
+    )  # fmt: skip
+    trainer = StarPOTrainer(cfg)
+    try:
+        metrics = trainer.train_step(0)
+        per_epoch = -(-int(metrics["perf/num_trained_samples"]) // minibatch)
+        assert _optimizer_steps(trainer.actor_opt) == per_epoch
+        assert _optimizer_steps(trainer.critic_opt) == 3 * per_epoch
+    finally:
+        trainer.close()

@@ -377,6 +377,14 @@ class AlgoConfig:
         choices=LOSS_AGG_MODES,
     )
     ppo_epochs: int = option(1, "passes over the step's samples", ge=1)
+    critic_epochs: int = option(
+        0,
+        "the critic's passes over the step's samples (minibatches as the actor's); 0: "
+        "ppo_epochs. More lets a value baseline learn per-state values in few steps, "
+        "the actor's update unchanged",
+        ge=0,
+        fix="0 (as ppo_epochs) or a positive integer",
+    )
     ppo_mini_batch_size: int = option(32, "trajectories per optimizer step", ge=1)
     micro_token_budget: int = option(
         0,

@@ -59,6 +59,7 @@ def shares_critic_forward(cfg: TrainConfig, batch_size: int, data_parallel: bool
     return (
         shares_actor_forward(cfg, batch_size, data_parallel)
         and cfg.algo.use_critic
+        and cfg.algo.critic_epochs in (0, 1)  # one critic pass, whose forward is the values
         and cfg.algo.adv_estimator in ROW_LOCAL_ESTIMATORS
     )
 

@@ -49,7 +49,8 @@ def ppo_update(
     critic_stats: dict[str, float] | None = None,
     old_from_update: bool = False,
 ) -> dict[str, float]:
-    """``ppo_epochs`` passes over shuffled minibatches; metrics of the whole update.
+    """``ppo_epochs`` passes over shuffled minibatches (the critic's: ``critic_epochs``);
+    metrics of the whole update.
 
     ``critic_stats``: the metrics of a critic update that already ran this step
     (:func:`critic_update_pass`); the critic is then not trained again.
@@ -65,16 +66,18 @@ def ppo_update(
     for k, v in (critic_stats or {}).items():
         sums[k].append(v)
     pad_fracs = []
-    for _epoch in range(a.ppo_epochs):
+    critic_epochs = a.critic_epochs or a.ppo_epochs
+    train_critic = ctx.models.critic is not None and critic_stats is None
+    for epoch in range(max(a.ppo_epochs, critic_epochs if train_critic else 0)):
         perm = minibatch_order(ctx, step, B, gen)
         for start in range(0, B, a.ppo_mini_batch_size):
             rows = perm[start : start + a.ppo_mini_batch_size]
             micros = ctx.micro_batches(batch, rows)
             pad_fracs.append(padding_fraction(lengths, [ids for ids, _ in micros]))
-            if train_actor:
+            if train_actor and epoch < a.ppo_epochs:
                 for k, v in actor_minibatch(ctx, batch, rows, micros, old_from_update).items():
                     sums[k].append(v)
-            if ctx.models.critic is not None and critic_stats is None:
+            if train_critic and epoch < critic_epochs:
                 for k, v in critic_minibatch(ctx, batch, rows, micros).items():
                     sums[k].append(v)
     out = {}
