@@ -7,7 +7,7 @@ import pytest
 
 import ragen.sft.trainer as sft_trainer
 import ragen.trainer.starpo as starpo
-from ragen.demo import BUDGETS, GRID_SFT, Demo, budget_from_args
+from ragen.demo import BUDGETS, GRID_SFT, SOKOBAN_SFT, Demo, budget_from_args
 
 
 def test_full_budget_plays_the_grids_with_one_move_replies_and_the_bandit_with_thoughts():
@@ -36,10 +36,14 @@ def test_stage_sft_applies_the_envs_recipe_over_the_shared_fields(tmp_path, monk
 
     demo.stage_sft("sokoban")
     cfg = seen["cfg"]
-    for key, value in GRID_SFT.items():
+    for key, value in SOKOBAN_SFT.items():
         assert getattr(cfg, key) == value, key
     assert cfg.labels == "expert" and cfg.rollout.reasoning == "no_think"
     assert cfg.rollout.max_new_tokens == 16
+    # Sokoban's warm start stops after 2 epochs of the grids' recipe; FrozenLake's runs 3
+    assert cfg.epochs == 2 and {**SOKOBAN_SFT, "epochs": 3} == {**GRID_SFT, "epochs": 3}
+    demo.stage_sft("frozen_lake")
+    assert seen["cfg"].epochs == 3 == BUDGETS["full"].sft_epochs
 
     demo.stage_sft("bandit")  # no recipe of its own: the shared fields
     cfg = seen["cfg"]
@@ -66,7 +70,7 @@ def test_stage_rl_passes_the_envs_critic_lr_and_its_own_overrides(tmp_path, monk
     assert cfg.model.critic_lr == 1e-5 and cfg.model.actor_lr == 1e-4
     assert cfg.algo.dynamic_sampling.enabled and cfg.algo.filter.value == 1.0
     assert cfg.algo.ppo_mini_batch_size == 640
-    assert cfg.trainer.total_steps == 80
+    assert cfg.trainer.total_steps == 60
     assert cfg.rollout.reasoning == "no_think" and cfg.rollout.max_new_tokens == 16
 
 
