@@ -67,6 +67,22 @@ def test_the_actor_waits_while_the_critic_learns(tiny_model_dir, tmp_path, fused
         trainer.close()
 
 
+def test_a_warmup_steps_batch_is_never_trained_on_again(tiny_model_dir, tmp_path):
+    # reuse after the warm-up would train the actor on log-probs the warm-up never filled
+    cfg = _config(
+        tiny_model_dir, tmp_path / "run", "trainer.critic_warmup=1",
+        "trainer.rollout_reuse=2", "algo.ppo_mini_batch_size=24",
+    )  # fmt: skip
+    trainer = StarPOTrainer(cfg)
+    try:
+        first, second = trainer.train_step(0), trainer.train_step(1)
+        assert first["trainer/critic_warmup"] == 1.0 and "rollout/reuse_age" not in first
+        assert second["rollout/reuse_age"] == 0.0  # a fresh rollout, not step 0's batch
+        assert "actor/pg_loss" in second and "rollout/success_rate" in second
+    finally:
+        trainer.close()
+
+
 def test_critic_warmup_needs_a_critic(tiny_model_dir, tmp_path):
     with pytest.raises(ConfigError, match="trainer.critic_warmup.*no critic"):
         _config(tiny_model_dir, tmp_path / "run", "algo=grpo", "trainer.critic_warmup=3")

@@ -514,7 +514,9 @@ class StarPOTrainer:
             self.actor_sched.step()
         if self.critic_sched is not None:
             self.critic_sched.step()
-        if t.rollout_reuse > 1:
+        # a critic warm-up step's batch is not reused: the actor's forward did not run, so
+        # the one-pass path left it without the behaviour log-probs a reuse step needs
+        if t.rollout_reuse > 1 and actor_trained:
             self._reused = (batch, step)
             metrics["rollout/reuse_age"] = 0.0  # fresh (later steps: how stale)
 
