@@ -8,9 +8,22 @@
 #    most 64 MiB per call and the file is 94 MiB, so one call leaves the first part in
 #    /tmp and the next brings the second), checked against .smol/sha256;
 # 2. wheels the machine lacks (.whl/*.whl: gguf, omegaconf, gymnasium) into /tmp/site;
-# 3. the CUDA-only tests, in the background;
+# 3. in the background: SmolLM2's rollout against bare HF generate at batch 256
+#    (bench.bench_rollout; BENCH_ROLLOUT=0 skips it), then the CUDA-only tests;
 # 4. experiments.grids.run --config smollm2-gpu, time-boxed to end SECONDS (default
 #    560) after this script started; results.json / results.md / the logs land in OUT_DIR.
+#
+# With the device tool (15 minutes of device time; a machine goes back 30 s after a call):
+#   run 1, carry [.smol/a]:        cp .smol/a /tmp/smol_a            (about 30 s, start included)
+#   run 2 at once, carry [.smol/b, .whl]:  bash experiments/grids/gpu_session.sh $OUT 560 ...
+#
+# What two H200 sessions measured (docs/RESULTS.md, "The grids with SmolLM2"): SFT for
+# 150 s gives warm starts of 80.1% (Sokoban) / 78.7% (FrozenLake), 75 s gives 46.3 / 68.4%;
+# 3-8 RL steps of 1,024 episodes moved neither (lr 1e-5 with one optimizer step, or 2e-5
+# with about four: rl.mini_batch_size=1536). A Sokoban step is ~55 s with two runs on the
+# card, 38 s of it in the update and old log-probs over ~400-token full prompts. Next:
+# compact prompts (about a quarter of the tokens) for more RL steps in the same minutes:
+#   bash experiments/grids/gpu_session.sh $OUT 560 prompt_style=compact rl.mini_batch_size=1536
 set -u
 OUT_DIR=${1:-${OUT:-runs/gpu}}
 BUDGET_S=${2:-560}
@@ -39,14 +52,26 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import sys, torch, transformers; print(sys.version.split()[0], 'torch', torch.__version__, 'transformers', transformers.__version__, 'cuda', torch.cuda.is_available())"
 echo "cores: $(nproc --all)"
 
-say "CUDA tests -> cuda_tests.log (background)"
-OMP_NUM_THREADS=1 timeout 200 python3 -m pytest -q -p no:cacheprovider tests -k cuda \
-    > "$OUT_DIR/cuda_tests.log" 2>&1 &
-TESTS_PID=$!
-
 say "SmolLM2 GGUF -> HF folder (once, before the workers)"
 python3 -c "from ragen.models import load_policy; load_policy('smollm2', device='cpu')" \
     2>&1 | grep -v -i warn | tail -2
+
+# In the background while the study generates its expert data on the CPU (about a
+# minute, no GPU): SmolLM2's rollout loop against bare HF generate at batch 256
+# (BENCH_ROLLOUT=0 skips it), then the CUDA-only tests.
+say "rollout bench -> bench_rollout.log, then CUDA tests -> cuda_tests.log (background)"
+(
+    if [ "${BENCH_ROLLOUT:-1}" = 1 ]; then
+        echo "bench start ${SECONDS}s"
+        timeout 150 python3 -m bench.bench_rollout --device cuda --model smollm2 --env sokoban \
+            --groups 16 --group-size 16 --turns 5 --max-new-tokens 64 \
+            --engines static,static-graphs,eager
+        echo "bench end ${SECONDS}s"
+    fi > "$OUT_DIR/bench_rollout.log" 2>&1
+    OMP_NUM_THREADS=1 timeout 200 python3 -m pytest -q -p no:cacheprovider tests -k cuda \
+        > "$OUT_DIR/cuda_tests.log" 2>&1
+) &
+TESTS_PID=$!
 
 say "grids study (smollm2-gpu) -> grids.log"
 python3 -m experiments.grids.run --config smollm2-gpu --out runs/grids_gpu --jobs 4 \
@@ -58,5 +83,6 @@ find runs/grids_gpu -name metrics.jsonl -o -name sft_metrics.jsonl | grep -v che
     | tar czf "$OUT_DIR/metrics.tgz" -T - 2>/dev/null
 wait "$TESTS_PID"
 say "CUDA tests:"; tail -3 "$OUT_DIR/cuda_tests.log"
+say "rollout bench:"; grep -v -i warn "$OUT_DIR/bench_rollout.log" | tail -16
 ls -la "$OUT_DIR"
 say "done"
