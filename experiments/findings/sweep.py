@@ -74,11 +74,15 @@ def rollout_config(cfg: FindingConfig, reasoning: str, actions_per_turn: int):
 # -- warm starts ----------------------------------------------------------------------
 def warm_key(cfg: FindingConfig, reasoning: str, actions_per_turn: int) -> str:
     """A folder name for a warm start: readable, plus a hash of everything SFT reads."""
+    # keys added to WarmStart later count only when set, so that the warm starts built
+    # before them keep their folders
+    later = {"warmup_frac": 0.0, "adam_beta2": 0.999, "aux_reasoning": None, "aux_episodes": 0}
+    warm = {k: v for k, v in asdict(cfg.warm).items() if k not in later or v != later[k]}
     facts = {
         "env": cfg.env,
         "env_config": cfg.env_config,
         "model": cfg.model,
-        "warm": asdict(cfg.warm),
+        "warm": warm,
         "rollout": asdict(rollout_config(cfg, reasoning, actions_per_turn)),
     }
     digest = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:8]
@@ -125,13 +129,18 @@ def warm_start(root: Path, cfg: FindingConfig, variant: Variant, seed: int, log=
         epochs=w.epochs,
         lr=w.lr,
         batch_size=w.batch_size,
+        warmup_frac=w.warmup_frac,
+        adam_beta2=w.adam_beta2,
+        aux_reasoning=w.aux_reasoning,
+        aux_episodes=w.aux_episodes,
         actions_per_turn=actions,
         seed=seed,
     )
     device = None if cfg.device == "auto" else cfg.device
     tmp = folder.with_name(folder.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    log(f"warm start {folder.parent.name} seed {seed}: SFT on {w.episodes} expert episodes")
+    aux = f" (+ {w.aux_episodes} in the {w.aux_reasoning} format)" if w.aux_reasoning else ""
+    log(f"warm start {folder.parent.name} seed {seed}: SFT on {w.episodes} expert episodes{aux}")
     run_sft(base_model(root, cfg, seed), tmp, sft, log=log, device=device)
     shutil.rmtree(folder, ignore_errors=True)
     tmp.rename(folder)  # a folder with config.json is always a finished warm start
