@@ -45,6 +45,20 @@ def test_warm_starts_are_shared_exactly_when_sft_sees_the_same_things(tmp_path):
     )
 
 
+def test_warm_start_keys_added_later_count_only_when_set(tmp_path):
+    """The auxiliary-format keys came after warm starts were built: at their defaults the
+    folder name is what it was (seed folders are reused), set they make a new one."""
+    cfg = load_finding("reasoning")
+    v = cfg.variants["free_think"]
+    assert sweep.warm_dir(tmp_path, cfg, v, 0).parent.name == "frozen_lake-free_think-a1-c5cbcba8"
+    aux = load_finding(
+        "reasoning", overrides=["warm.aux_reasoning=grounding", "warm.aux_episodes=64"]
+    )
+    assert sweep.warm_dir(tmp_path, aux, aux.variants["free_think"], 0) != sweep.warm_dir(
+        tmp_path, cfg, v, 0
+    )
+
+
 def test_config_errors_are_one_line():
     with pytest.raises(ConfigError, match="no finding 'nope'"):
         load_finding("nope")
