@@ -2,8 +2,6 @@
 is a valid ``ragen train`` config, so a preset's mistake shows here, not minutes into a
 sweep."""
 
-from pathlib import Path
-
 import pytest
 
 from experiments.grids import run
@@ -18,5 +16,5 @@ def test_every_rl_variant_of_every_preset_is_a_valid_training_run(name, tmp_path
     cfg = load_study_config(name, ["device=cpu"])  # the GPU presets, checked on a CPU
     for env in cfg.envs:
         for variant in cfg.rl.variants:
-            items = run.rl_overrides(Path(tmp_path), cfg, env, cfg.seeds[0], variant, None)
+            items = run.rl_overrides(tmp_path, cfg, env, cfg.seeds[0], variant, None)
             load_config(items)

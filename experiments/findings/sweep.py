@@ -24,7 +24,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from experiments.findings.config import FindingConfig, Variant
+from experiments.findings.config import FindingConfig, Variant, WarmStart
 
 DONE = "done"  # written into a run folder once its training returned
 
@@ -74,10 +74,11 @@ def rollout_config(cfg: FindingConfig, reasoning: str, actions_per_turn: int):
 # -- warm starts ----------------------------------------------------------------------
 def warm_key(cfg: FindingConfig, reasoning: str, actions_per_turn: int) -> str:
     """A folder name for a warm start: readable, plus a hash of everything SFT reads."""
-    # keys added to WarmStart later count only when set, so that the warm starts built
-    # before them keep their folders
-    later = {"warmup_frac": 0.0, "adam_beta2": 0.999, "aux_reasoning": None, "aux_episodes": 0}
-    warm = {k: v for k, v in asdict(cfg.warm).items() if k not in later or v != later[k]}
+    # keys added to WarmStart later count only when set (not at their defaults), so that
+    # the warm starts built before them keep their folders
+    later = ("warmup_frac", "adam_beta2", "aux_reasoning", "aux_episodes")
+    default = asdict(WarmStart())
+    warm = {k: v for k, v in asdict(cfg.warm).items() if k not in later or v != default[k]}
     facts = {
         "env": cfg.env,
         "env_config": cfg.env_config,
