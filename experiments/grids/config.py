@@ -63,6 +63,9 @@ class RLStage:
     algo: str = "starpo-s"  # an algo preset (ragen/configs/algo)
     # samples per optimizer step; null: all the step's samples (one optimizer step)
     mini_batch_size: int | None = None
+    # also save and evaluate (held-out states) every this many steps, for a curve of
+    # held-out success against RL steps from one run; 0: the last step only
+    eval_every: int = 0
 
 
 @dataclass

@@ -218,7 +218,7 @@ def rl_overrides(
         f"algo.ppo_mini_batch_size={mini}",
         f"trainer.total_steps={r.steps}",
         "trainer.val_every=0",  # evaluated below, on the held-out states
-        f"trainer.save_every={r.steps}",
+        f"trainer.save_every={r.eval_every or r.steps}",
         f"trainer.run_dir={rl_dir(out, env, seed, variant)}",
         f"trainer.seed={seed}",
         "trainer.console=false",
@@ -260,8 +260,14 @@ def rl_job(
     if not ckpts:
         raise RuntimeError(f"RL run {folder} saved no checkpoint")
     records = read_metrics(folder)
-    curve = [r.get("rollout/success_rate") for r in records]
+    train_curve = [r.get("rollout/success_rate") for r in records]
     result = heldout_success(cfg, env, str(ckpts[-1] / "actor"))
+    # the earlier checkpoints (rl.eval_every): held-out success against RL steps
+    curve = {
+        int(c.name[5:]): heldout_success(cfg, env, str(c / "actor"))["success_rate"]
+        for c in ckpts[:-1]
+    }
+    curve[len(records)] = result["success_rate"]
     return {
         "env": env,
         "seed": seed,
@@ -272,7 +278,8 @@ def rl_job(
             "episodes_trained": len(records) * cfg.rl.env_groups * cfg.rl.group_size,
             "rl_seconds": rl_s,
             "seconds_per_step": rl_s / max(len(records), 1),
-            "train_success": curve,
+            "train_success": train_curve,
+            "heldout_by_step": curve,
         },
     }
 
@@ -377,7 +384,37 @@ def report(data: dict[str, Any]) -> str:
         if warm_only and not variants:
             warm = [100 * rows[s]["warm"]["success_rate"] for s in warm_only]
             lines.append(f"| {env} | (warm start only) | {len(warm)} | {_ms(warm)} | | | | |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + curve_lines(data)) + "\n"
+
+
+def curve_lines(data: dict[str, Any]) -> list[str]:
+    """Held-out gain over the warm start at every evaluated RL step (``rl.eval_every``),
+    mean ± std over seeds, for the variants that saved more than their last step."""
+    lines: list[str] = []
+    for env, rows in data.items():
+        if env == "config":
+            continue
+        variants = sorted({k for s in rows for k in rows[s] if k != "warm"})
+        for variant in variants:
+            runs = [rows[s] for s in rows if "warm" in rows[s] and variant in rows[s]]
+            # JSON keeps the steps as strings
+            curves = [
+                {int(k): v for k, v in r[variant].get("heldout_by_step", {}).items()} for r in runs
+            ]
+            steps = sorted({k for c in curves for k in c})
+            if len(steps) < 2:
+                continue
+            cells = []
+            for k in steps:
+                gains = [
+                    100 * (c[k] - r["warm"]["success_rate"]) for c, r in zip(curves, runs) if k in c
+                ]
+                cells.append(f"step {k}: {_ms(gains, sign=True)} ({len(gains)} seeds)")
+            lines.append(f"| {env} | {variant} | " + "; ".join(cells) + " |")
+    if lines:
+        head = "Held-out gain over the warm start by RL step (mean ± std over seeds):"
+        lines = ["", head, "", "| env | variant | gain by step |", "|---|---|---|", *lines]
+    return lines
 
 
 def _ms(values: list[float], sign: bool = False) -> str:
