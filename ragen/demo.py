@@ -5,7 +5,7 @@ Stages (each can be re-run alone with ``--stage``; results accumulate in
 
     tiny     build the tiny tokenizer + Qwen2-style model (offline, seeded)
     sft      warm start per env: SFT on noisy expert (solver) trajectories
-    rl       StarPO-S training per env, starting from the warm start
+    rl       RL per env (StarPO-S; Dr.GRPO on FrozenLake), from the warm start
     eval     held-out validation seeds: random, oracle, warm start, after RL
     report   table (results.md) and learning curves (curves.png)
 
@@ -38,7 +38,7 @@ from ragen.cli_utils import parse_key_values
 from ragen.errors import UsageError
 from ragen.models.tiny import create_tiny, describe
 from ragen.viewer import build_site
-from ragen.viz.report import write_demo_report
+from ragen.viz.report import upgrade_results, write_demo_report
 
 DEFAULT_ENVS = ("bandit", "frozen_lake", "sokoban")
 STAGES = ("tiny", "sft", "rl", "eval", "report")
@@ -139,6 +139,10 @@ class Budget:
     # many distinct initial states per step (the paper's finding 5: diversity helps)
     env_groups: int = 16
     group_size: int = 4
+    # the RL algorithm preset of one env (ragen/configs/algo); unset: starpo-s
+    algo: dict[str, str] = field(default_factory=dict)
+    # initial states per RL step of one env, over ``env_groups``
+    env_groups_by_env: dict[str, int] = field(default_factory=dict)
     # samples per optimizer step, per env; unset: Demo.mini_batch_size's default
     ppo_mini_batch_size: dict[str, int] = field(default_factory=dict)
     val_groups: int = 64
@@ -192,6 +196,14 @@ class Budget:
     def group_size_of(self, env: str) -> int:
         """Episodes per initial state in ``env``'s RL steps."""
         return self.group_size_by_env.get(env, self.group_size)
+
+    def groups_of(self, env: str) -> int:
+        """Initial states per RL step of ``env``."""
+        return self.env_groups_by_env.get(env, self.env_groups)
+
+    def algo_of(self, env: str) -> str:
+        """``env``'s RL algorithm preset."""
+        return self.algo.get(env, "starpo-s")
 
     def reasoning_of(self, env: str) -> str:
         """The reply format ``env`` is played with."""
@@ -308,7 +320,7 @@ class Demo:
         if results is not None:  # given by the parent process
             self.results = results
         else:
-            self.results = (
+            self.results = upgrade_results(
                 json.loads(self.results_path.read_text()) if self.results_path.exists() else {}
             )
 
@@ -390,14 +402,17 @@ class Demo:
         b = self.budget
         if env in b.ppo_mini_batch_size:
             return b.ppo_mini_batch_size[env]
-        return max(1, b.env_groups * b.group_size_of(env) // 4) * ENV_SHAPE[env].samples_per_episode
+        return (
+            max(1, b.groups_of(env) * b.group_size_of(env) // 4)
+            * ENV_SHAPE[env].samples_per_episode
+        )
 
     def turns_of_work(self, env: str) -> int:
         """A rough size of ``env``'s pipeline: turns trained on in SFT and rolled in RL."""
         b, turns = self.budget, ENV_SHAPE[env].max_turns
         sft = b.sft_overrides.get(env, {})
         episodes = b.sft_episodes[env] + sft.get("aux_episodes", 0)
-        rl = b.rl_steps[env] * b.env_groups * b.group_size_of(env)
+        rl = b.rl_steps[env] * b.groups_of(env) * b.group_size_of(env)
         return turns * (episodes * sft.get("epochs", b.sft_epochs) + rl)
 
     def stage_rl(self, env: str) -> None:
@@ -414,10 +429,10 @@ class Demo:
         steps = b.rl_steps[env]
         overrides = [
             *rollout_overrides(env, b),
-            "algo=starpo-s",
+            f"algo={b.algo_of(env)}",
             "model=tiny",  # the tiny preset's learning rates and lengths ...
             f"model.path={self.sft_dir(env)}",  # ... for this tiny:nano warm start
-            f"rollout.env_groups={b.env_groups}",
+            f"rollout.env_groups={b.groups_of(env)}",
             f"rollout.group_size={b.group_size_of(env)}",
             f"algo.ppo_mini_batch_size={self.mini_batch_size(env)}",
             *([f"model.actor_lr={b.actor_lr[env]}"] if env in b.actor_lr else []),
@@ -433,7 +448,8 @@ class Demo:
         ]
         extra = f" ({', '.join(b.rl_extra[env])})" if b.rl_extra.get(env) else ""
         self.log(
-            f"[{env}] StarPO-S: {steps} steps of {b.env_groups}x{b.group_size_of(env)} rollouts{extra}"
+            f"[{env}] {b.algo_of(env)}: {steps} steps of "
+            f"{b.groups_of(env)}x{b.group_size_of(env)} rollouts{extra}"
         )
         StarPOTrainer(load_config(overrides)).train()
 
@@ -456,7 +472,7 @@ class Demo:
             policies["warm start (SFT)"] = str(self.sft_dir(env))
         actor = self.final_actor(env)
         if actor is not None:
-            policies["after RL (StarPO-S)"] = str(actor)
+            policies["after RL"] = str(actor)
         for name, model in policies.items():
             extra = {}
             if name in ("random", "oracle"):

@@ -74,6 +74,42 @@ def test_stage_rl_passes_the_envs_critic_lr_and_its_own_overrides(tmp_path, monk
     assert cfg.rollout.reasoning == "no_think" and cfg.rollout.max_new_tokens == 16
 
 
+def test_stage_rl_takes_the_envs_own_algorithm_and_groups(tmp_path, monkeypatch):
+    seen = {}
+
+    class Recorder:
+        def __init__(self, cfg):
+            seen["cfg"] = cfg
+
+        def train(self):
+            pass
+
+    monkeypatch.setattr(starpo, "StarPOTrainer", Recorder)
+    budget = dataclasses.replace(
+        BUDGETS["toy"], algo={"frozen_lake": "drgrpo"}, env_groups_by_env={"frozen_lake": 5}
+    )
+    demo = Demo(tmp_path, budget, ["frozen_lake", "sokoban"])
+    for env in ("frozen_lake", "sokoban"):
+        demo.sft_dir(env).mkdir(parents=True)
+        (demo.sft_dir(env) / "config.json").write_text("{}")
+    demo.stage_rl("frozen_lake")
+    cfg = seen["cfg"]
+    assert cfg.algo.name == "drgrpo" and not cfg.algo.use_critic
+    assert cfg.rollout.env_groups == 5
+    demo.stage_rl("sokoban")  # unset: StarPO-S at the shared number of groups
+    assert seen["cfg"].algo.name == "starpo-s" and seen["cfg"].rollout.env_groups == 2
+
+
+def test_results_written_under_the_old_rl_column_name_still_load(tmp_path):
+    import json
+
+    old = {"sokoban": {"after RL (StarPO-S)": {"success_rate": 0.5}, "random": {}}}
+    (tmp_path / "results.json").write_text(json.dumps(old))
+    demo = Demo(tmp_path, BUDGETS["toy"], ["sokoban"])
+    assert demo.results["sokoban"]["after RL"] == {"success_rate": 0.5}
+    assert "after RL (StarPO-S)" not in demo.results["sokoban"]
+
+
 def test_the_longest_pipelines_are_started_first(tmp_path):
     demo = Demo(tmp_path, BUDGETS["full"], ["bandit", "frozen_lake", "sokoban"])
     order = sorted(demo.envs, key=demo.turns_of_work, reverse=True)

@@ -17,8 +17,9 @@ from pathlib import Path
 
 from experiments.common import cli, fmt_stats, parse_study_args
 from ragen.demo import DEFAULT_ENVS, STAGES, Demo, default_jobs
+from ragen.viz.report import DEMO_COLUMNS
 
-COLUMNS = ["random", "warm start (SFT)", "after RL (StarPO-S)", "oracle"]
+COLUMNS = list(DEMO_COLUMNS)
 
 
 def main(argv: list[str] | None = None) -> None:

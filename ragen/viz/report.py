@@ -62,9 +62,25 @@ def plot_runs(runs: dict[str, Path], out_png: Path, keys=CURVES) -> Path:
     return out_png
 
 
+#: the demo's policies, in table order (results.json keys); the RL column names no
+#: algorithm: each env trains with its own (``ragen.demo.Budget.algo``)
+DEMO_COLUMNS = ("random", "warm start (SFT)", "after RL", "oracle")
+#: the RL column's key in results written before envs had their own algorithm
+LEGACY_KEYS = {"after RL (StarPO-S)": "after RL"}
+
+
+def upgrade_results(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``results`` with every legacy policy key renamed (``LEGACY_KEYS``), in place."""
+    for row in results.values():
+        for old, new in LEGACY_KEYS.items():
+            if isinstance(row, dict) and old in row and new not in row:
+                row[new] = row.pop(old)
+    return results
+
+
 def results_table(results: dict[str, dict[str, dict[str, float]]], envs: list[str]) -> str:
     """Markdown: one row per environment, one column per policy (success rate)."""
-    columns = ["random", "warm start (SFT)", "after RL (StarPO-S)", "oracle"]
+    columns = list(DEMO_COLUMNS)
     lines = ["| environment | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for env in envs:
         row = results.get(env, {})
