@@ -10,6 +10,7 @@ from ragen.trainer.batching import (
     micro_batches,
     padding_fraction,
     place_rewards,
+    prompt_keys,
     token_budget_micro_batches,
 )
 
@@ -136,6 +137,39 @@ def test_training_batch_rows_cut_to_longest_and_micro_batches_cover_rows():
         assert mb.size == len(ids)
         assert mb.input_ids.shape[1] == max(lengths[i] for i in ids)
         assert mb.input_ids.shape[1] * mb.size <= 6 or mb.size == 1
+
+
+def test_keyed_packing_keeps_each_prompts_rows_together_within_the_budget():
+    lengths = [10, 9, 10, 8, 10, 9, 7, 10]
+    keys = ["a", "b", "a", "c", "b", "a", "c", "c"]
+    batches = token_budget_micro_batches(lengths, token_budget=30, keys=keys)
+    assert sorted(i for b in batches for i in b) == list(range(8))
+    flat = [keys[i] for b in batches for i in b]
+    # each key's rows are one run in the packing order (groups never interleave)
+    runs = [k for j, k in enumerate(flat) if j == 0 or flat[j - 1] != k]
+    assert sorted(runs) == ["a", "b", "c"]
+    for b in batches:
+        assert max(lengths[i] for i in b) * len(b) <= 30
+    # no keys: the length order of before
+    assert token_budget_micro_batches(lengths, 30) == token_budget_micro_batches(
+        lengths, 30, keys=None
+    )
+
+
+def test_rows_that_share_a_prompt_share_a_micro_batch():
+    # rows 0, 2, 4 share the prompt [1, 2]; 1 and 3 share [5]; shuffled in
+    a = _traj([1, 2, 3, 0], [0, 0, 1, 0], [3], [1.0])
+    b = _traj([5, 3, 3], [0, 1, 1], [2], [0.5])
+    c = _traj([1, 2, 4], [0, 0, 1], [2], [0.0])
+    d = _traj([5, 4], [0, 1], [1], [0.0])
+    batch = collate([a, b, c, d, a], pad_id=0)
+    keys = prompt_keys(batch, range(5))
+    assert keys == [(1, 2), (5,), (1, 2), (5,), (1, 2)]
+    packs = micro_batches(batch, [3, 0, 1, 4, 2], token_budget=12, by_prompt=True)
+    assert [sorted(ids) for ids, _ in packs] == [[0, 2, 4], [1, 3]]
+    # the same rows by length alone mix the prompts
+    plain = micro_batches(batch, [3, 0, 1, 4, 2], token_budget=12)
+    assert [sorted(ids) for ids, _ in plain] != [[0, 2, 4], [1, 3]]
 
 
 def test_discounted_reward_to_go_of_windowed_turns():

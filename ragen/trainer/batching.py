@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -137,7 +138,11 @@ def collate(trajectories: Sequence[Trajectory], pad_id: int) -> TrainingBatch:
 
 
 def micro_batches(
-    batch: TrainingBatch, rows: Sequence[int], token_budget: int, min_fill: float = 0.0
+    batch: TrainingBatch,
+    rows: Sequence[int],
+    token_budget: int,
+    min_fill: float = 0.0,
+    by_prompt: bool = False,
 ) -> list[tuple[list[int], TrainingBatch]]:
     """Split ``rows`` of ``batch`` into token-budget micro-batches (RL and SFT alike).
 
@@ -145,15 +150,34 @@ def micro_batches(
     longest row, costing at most ``token_budget`` padded tokens unless a single row is
     longer (:func:`token_budget_micro_batches`, which ``min_fill`` is passed to). Every
     row appears exactly once.
+
+    ``by_prompt``: rows that share a prompt (:func:`prompt_keys`) are packed next to each
+    other, so that the forward pass runs each distinct prompt, and each distinct row,
+    once per micro-batch (``ragen.models.logprobs``, "Identical rows and identical
+    prompts") instead of once per micro-batch it was scattered over. A minibatch's loss
+    is a sum over its micro-batches, so which rows share one changes the gradient only by
+    float rounding. Measured on FrozenLake at 1,024 episodes per step: 3,877 rows from
+    1,406 distinct prompts, computed as 3,077 prompts when the rows came in shuffled.
     """
     rows = list(rows)
     lengths = batch.lengths.tolist()
-    packs = token_budget_micro_batches([lengths[i] for i in rows], token_budget, min_fill)
+    keys = prompt_keys(batch, rows) if by_prompt else None
+    packs = token_budget_micro_batches([lengths[i] for i in rows], token_budget, min_fill, keys)
     out = []
     for pack in packs:
         ids = [rows[j] for j in pack]
         out.append((ids, batch.rows(ids)))
     return out
+
+
+def prompt_keys(batch: TrainingBatch, rows: Sequence[int]) -> list[tuple[int, ...]]:
+    """Each row's prompt: its ids before its first response token (the whole row when it
+    has none), one tuple per row of ``rows``."""
+    idx = torch.as_tensor(list(rows), dtype=torch.long, device=batch.input_ids.device)
+    response = batch.response_mask[idx].bool()
+    first = torch.where(response.any(-1), response.long().argmax(-1), batch.lengths[idx])
+    ids = batch.input_ids[idx].tolist()
+    return [tuple(r[:n]) for r, n in zip(ids, first.tolist())]
 
 
 TURN_BASELINES = ("turn", "state")
@@ -270,7 +294,10 @@ def floor_advantages(batch: TrainingBatch, floor: float) -> dict[str, float]:
 
 
 def token_budget_micro_batches(
-    lengths: Sequence[int], token_budget: int, min_fill: float = 0.0
+    lengths: Sequence[int],
+    token_budget: int,
+    min_fill: float = 0.0,
+    keys: Sequence[Any] | None = None,
 ) -> list[list[int]]:
     """Pack sample indices into micro-batches whose PADDED size stays within a budget.
 
@@ -283,10 +310,22 @@ def token_budget_micro_batches(
     micro-batch starts a new one even within the budget, so a batch of two length modes
     (SFT's 110-token moves beside 170-token auxiliary replies) is not padded to the longer
     mode throughout (0: fill up to the budget).
+
+    ``keys``: one comparable key per sample; samples with equal keys are kept next to
+    each other (their group ordered by its longest sample, longest first, then by key),
+    so a group is split over two micro-batches only at a budget boundary.
     """
     if not 0.0 <= min_fill < 1.0:
         raise ValueError(f"min_fill must be in [0, 1), got {min_fill}")
-    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    if keys is None:
+        order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    else:
+        longest_of: dict[Any, int] = {}
+        for key, n in zip(keys, lengths):
+            longest_of[key] = max(longest_of.get(key, 0), n)
+        order = sorted(
+            range(len(lengths)), key=lambda i: (-longest_of[keys[i]], keys[i], -lengths[i], i)
+        )
     batches: list[list[int]] = []
     current: list[int] = []
     current_max = 0

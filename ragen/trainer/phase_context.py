@@ -82,7 +82,9 @@ class PhaseContext:
         # an explicit budget as configured; auto (0) as resolved once at the start, so the
         # micro-batches never depend on how much memory happens to be free mid-run
         budget = self.cfg.algo.micro_token_budget or self.models.token_budget
-        return self.sync.pad(micro_batches(batch, mine, budget), batch, scoring)
+        # rows that share a prompt in one micro-batch: their prompt runs once there
+        packs = micro_batches(batch, mine, budget, by_prompt=True)
+        return self.sync.pad(packs, batch, scoring)
 
     def vision_inputs(self, mb: TrainingBatch) -> dict[str, Any]:
         """Pixel inputs of a micro-batch's pictures (empty for text rows): the model's own
