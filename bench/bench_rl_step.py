@@ -68,7 +68,9 @@ def demo_overrides(args, run_dir: str) -> list[str]:
 
     from ragen.demo import BUDGETS, ENV_SHAPE, rollout_overrides
 
-    budget = BUDGETS["classic"]
+    # the demo's budget before the grids got their own recipes ("full" in trees that
+    # predate the split)
+    budget = BUDGETS.get("classic", BUDGETS["full"])
     if args.reasoning:
         budget = budget.playing(args.reasoning)
     # Demo.mini_batch_size: all StarPO-S keeps in one optimizer step
