@@ -67,6 +67,7 @@ import logging
 import time
 
 from ragen.errors import ConfigError
+from ragen.models.kv_cache import cache_arg
 
 from .base import ENGINE_CHOICES
 from .cpu_attention import decode_attention_kernel
@@ -260,7 +261,7 @@ class StaticHFEngine(HFEngine):
                 input_ids=ids.unsqueeze(-1),
                 attention_mask=mask4d,
                 position_ids=positions.unsqueeze(-1),
-                past_key_values=cache,
+                **cache_arg(self.model, cache),
                 use_cache=True,
             )
         return out.logits[:, -1, :]

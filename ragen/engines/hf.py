@@ -61,6 +61,7 @@ import time
 from dataclasses import dataclass
 
 from ragen.errors import ConfigError
+from ragen.models.kv_cache import cache_arg
 
 from .base import Generation, SamplingParams
 from .draws import Draws
@@ -819,7 +820,7 @@ class HFEngine:
             input_ids=ids,
             attention_mask=attention,
             position_ids=positions,
-            past_key_values=cache,
+            **cache_arg(self.model, cache),
             use_cache=True,
             **extra,
         )
@@ -834,7 +835,7 @@ class HFEngine:
             input_ids=ids.unsqueeze(-1),
             attention_mask=attention,
             position_ids=positions.unsqueeze(-1),
-            past_key_values=cache,
+            **cache_arg(self.model, cache),
             use_cache=True,
         )
         return attention, out.logits[:, -1, :]

@@ -25,6 +25,7 @@ and these tiny models run a handful of turns.
 
 from __future__ import annotations
 
+from ragen.models.kv_cache import cache_arg
 from ragen.models.vlm import (
     image_token_id,
     is_processor,
@@ -136,7 +137,7 @@ class HFVLMEngine:
             input_ids=input_ids,
             attention_mask=attention,
             position_ids=positions,
-            past_key_values=cache,
+            **cache_arg(self.model, cache),
             use_cache=True,
             **self._last_logits_only,
             **vision,
@@ -171,7 +172,7 @@ class HFVLMEngine:
                 input_ids=ids.unsqueeze(-1),
                 attention_mask=attention,
                 position_ids=step_positions(positions, next_position),
-                past_key_values=cache,
+                **cache_arg(self.model, cache),
                 use_cache=True,
             )
             next_position = next_position + 1

@@ -1,5 +1,5 @@
-"""What every transformers load and save here shares: quiet logs and a tokenizer that
-pads on the left.
+"""What every transformers load and save here shares: quiet logs, a tokenizer that pads
+on the left, and activation checkpointing by the installed version's name.
 
 Its own module so that the loaders of each kind of model (``loading``, ``tiny``,
 ``tiny_vlm``, ``vlm``) can use it without importing each other.
@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from ragen.errors import UsageError
 
-__all__ = ["quiet_transformers", "prepare_tokenizer"]
+__all__ = ["quiet_transformers", "prepare_tokenizer", "enable_activation_checkpointing"]
 
 
 @contextlib.contextmanager
@@ -50,3 +50,11 @@ def prepare_tokenizer(tokenizer):
         tokenizer.pad_token = fallback
     tokenizer.padding_side = "left"
     return tokenizer
+
+
+def enable_activation_checkpointing(model) -> None:
+    """Turn on activation (gradient) checkpointing: ``activation_checkpointing_enable``
+    where the installed transformers has it (5.24 renamed it; the old name warns and goes
+    in v6), else ``gradient_checkpointing_enable``."""
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    (enable or model.gradient_checkpointing_enable)()

@@ -47,6 +47,8 @@ distinct prompts, 766 distinct rows). With ``positions`` given:
 
 from __future__ import annotations
 
+from .kv_cache import cache_arg, returned_cache
+
 #: model types whose logits are exactly ``lm_head(last_hidden_state)`` (no soft-capping,
 #: logit scaling or hidden-state rescaling before the head)
 PLAIN_HEAD_MODEL_TYPES = frozenset(
@@ -175,12 +177,14 @@ def grouped_hidden(backbone, input_ids, attention_mask, position_ids, shared: in
     # level 1: the prefix every row shares, once, as a cache for the distinct prompts
     cache = None
     if shared:
-        cache = backbone(
-            input_ids=input_ids[:1, :shared],
-            attention_mask=attention_mask[:1, :shared],
-            position_ids=position_ids[:1, :shared],
-            use_cache=True,
-        ).past_key_values
+        cache = returned_cache(
+            backbone(
+                input_ids=input_ids[:1, :shared],
+                attention_mask=attention_mask[:1, :shared],
+                position_ids=position_ids[:1, :shared],
+                use_cache=True,
+            )
+        )
         cache.batch_repeat_interleave(len(members))
     # level 2: each distinct prompt, right-padded into a (D, P) block
     start = torch.full_like(members, shared)
@@ -191,10 +195,10 @@ def grouped_hidden(backbone, input_ids, attention_mask, position_ids, shared: in
         input_ids=p_ids,
         attention_mask=torch.cat([ones, p_mask], dim=1),
         position_ids=position_ids[members].gather(1, p_src),
-        past_key_values=cache,
+        **cache_arg(backbone, cache),
         use_cache=True,
     )
-    cache = out2.past_key_values
+    cache = returned_cache(out2)
     cache.batch_select_indices(inverse)  # (D, ...) -> (B, ...), differentiable
     # level 3: every row's own columns after its prompt
     r_ids, r_mask, r_src = _right_aligned_block(input_ids, split, lengths, pad_id=0)
@@ -203,7 +207,7 @@ def grouped_hidden(backbone, input_ids, attention_mask, position_ids, shared: in
         input_ids=r_ids,
         attention_mask=mask,
         position_ids=position_ids.gather(1, r_src),
-        past_key_values=cache,
+        **cache_arg(backbone, cache),
         use_cache=True,
     )
     both = torch.cat([out2.last_hidden_state[inverse], out3.last_hidden_state], dim=1)
@@ -235,13 +239,13 @@ def backbone_hidden(backbone, input_ids, attention_mask, position_ids, shared: i
         position_ids=position_ids[:1, :shared],
         use_cache=True,
     )
-    cache = prefix.past_key_values
+    cache = returned_cache(prefix)
     cache.batch_repeat_interleave(input_ids.shape[0])  # (1, ...) -> (B, ...), differentiable
     return backbone(
         input_ids=input_ids[:, shared:],
         attention_mask=attention_mask,
         position_ids=position_ids[:, shared:],
-        past_key_values=cache,
+        **cache_arg(backbone, cache),
         use_cache=True,
     ).last_hidden_state
 

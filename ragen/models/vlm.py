@@ -34,7 +34,7 @@ from typing import Any
 
 from ragen.errors import ModelLoadError
 
-from .hf_setup import prepare_tokenizer, quiet_transformers
+from .hf_setup import enable_activation_checkpointing, prepare_tokenizer, quiet_transformers
 from .logprobs import position_ids_from_mask
 
 
@@ -359,8 +359,8 @@ def create_vision_critic(policy, device=None, dtype=None):
             )
             return SimpleNamespace(logits=self.score(out.last_hidden_state))
 
-        def gradient_checkpointing_enable(self, **kwargs) -> None:
-            self.model.gradient_checkpointing_enable(**kwargs)
+        def gradient_checkpointing_enable(self) -> None:
+            enable_activation_checkpointing(self.model)
 
     critic = _VisionValueModel()
     return critic.to(device=device, dtype=dtype).eval()

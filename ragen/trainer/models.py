@@ -90,6 +90,7 @@ def training_autocast(cfg: TrainConfig, device: torch.device) -> Any:
 def build_models(cfg: TrainConfig) -> TrainModels:
     """Load and set up every model of ``cfg`` (see the module doc)."""
     from ragen.models import load_policy
+    from ragen.models.hf_setup import enable_activation_checkpointing
     from ragen.models.loading import pick_device, pick_dtype, resolve_model
     from ragen.models.memory import resolve_token_budget
     from ragen.models.value import create_critic
@@ -100,7 +101,7 @@ def build_models(cfg: TrainConfig) -> TrainModels:
     path = resolve_model(m.path, seed=0)
     actor, tokenizer = load_policy(path, device=str(device), dtype=dtype)
     if m.gradient_checkpointing:
-        actor.gradient_checkpointing_enable()
+        enable_activation_checkpointing(actor)
         actor.config.use_cache = False
     use_lora = m.lora.rank > 0
     if use_lora:
@@ -114,7 +115,7 @@ def build_models(cfg: TrainConfig) -> TrainModels:
     if cfg.algo.use_critic:
         critic = create_critic(m.critic_path or path, device=str(device), dtype=dtype)
         if m.gradient_checkpointing:
-            critic.gradient_checkpointing_enable()
+            enable_activation_checkpointing(critic)
     actor_opt = setup.make_optimizer(actor, m.actor_lr, m.weight_decay)
     actor_sched = setup.make_scheduler(actor_opt, m.warmup_steps)
     if critic is not None:
