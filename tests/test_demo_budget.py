@@ -74,6 +74,32 @@ def test_stage_rl_passes_the_envs_critic_lr_and_its_own_overrides(tmp_path, monk
     assert cfg.rollout.reasoning == "no_think" and cfg.rollout.max_new_tokens == 16
 
 
+def test_full_budget_trains_frozen_lake_on_1024_episodes_a_step_without_a_critic(
+    tmp_path, monkeypatch
+):
+    seen = {}
+
+    class Recorder:
+        def __init__(self, cfg):
+            seen["cfg"] = cfg
+
+        def train(self):
+            pass
+
+    monkeypatch.setattr(starpo, "StarPOTrainer", Recorder)
+    demo = Demo(tmp_path, BUDGETS["full"], ["frozen_lake"])
+    demo.sft_dir("frozen_lake").mkdir(parents=True)
+    (demo.sft_dir("frozen_lake") / "config.json").write_text("{}")
+    demo.stage_rl("frozen_lake")
+    cfg = seen["cfg"]
+    assert cfg.algo.name == "drgrpo" and not cfg.algo.use_critic
+    assert cfg.rollout.env_groups * cfg.rollout.group_size == 1024
+    assert cfg.algo.filter.value == 1.0 and not cfg.algo.dynamic_sampling.enabled
+    # one optimizer step per training step: every turn of the 1,024 episodes
+    assert cfg.algo.ppo_mini_batch_size >= 1024 * cfg.rollout.max_turns
+    assert cfg.model.actor_lr == 3e-4 and cfg.trainer.total_steps == 60
+
+
 def test_stage_rl_takes_the_envs_own_algorithm_and_groups(tmp_path, monkeypatch):
     seen = {}
 
