@@ -51,7 +51,10 @@ def test_stage_sft_applies_the_envs_recipe_over_the_shared_fields(tmp_path, monk
     assert cfg.labels == "played" and cfg.heldout_episodes == 0
 
 
-def test_stage_rl_passes_the_envs_critic_lr_and_its_own_overrides(tmp_path, monkeypatch):
+@pytest.fixture
+def rl_config_of(tmp_path, monkeypatch):
+    """``rl_config_of(budget, env)``: the ``ragen train`` config ``Demo.stage_rl`` builds
+    for ``env`` (the trainer replaced by a recorder; a stand-in warm start)."""
     seen = {}
 
     class Recorder:
@@ -62,11 +65,19 @@ def test_stage_rl_passes_the_envs_critic_lr_and_its_own_overrides(tmp_path, monk
             pass
 
     monkeypatch.setattr(starpo, "StarPOTrainer", Recorder)
-    demo = Demo(tmp_path, BUDGETS["full"], ["sokoban"])
-    (demo.sft_dir("sokoban")).mkdir(parents=True)
-    (demo.sft_dir("sokoban") / "config.json").write_text("{}")
-    demo.stage_rl("sokoban")
-    cfg = seen["cfg"]
+
+    def run(budget, env):
+        demo = Demo(tmp_path, budget, [env])
+        demo.sft_dir(env).mkdir(parents=True, exist_ok=True)
+        (demo.sft_dir(env) / "config.json").write_text("{}")
+        demo.stage_rl(env)
+        return seen["cfg"]
+
+    return run
+
+
+def test_stage_rl_passes_the_envs_critic_lr_and_its_own_overrides(rl_config_of):
+    cfg = rl_config_of(BUDGETS["full"], "sokoban")
     assert cfg.model.critic_lr == 1e-5 and cfg.model.actor_lr == 1e-4
     assert cfg.algo.dynamic_sampling.enabled and cfg.algo.filter.value == 1.0
     assert cfg.algo.ppo_mini_batch_size == 640
@@ -74,24 +85,8 @@ def test_stage_rl_passes_the_envs_critic_lr_and_its_own_overrides(tmp_path, monk
     assert cfg.rollout.reasoning == "no_think" and cfg.rollout.max_new_tokens == 16
 
 
-def test_full_budget_trains_frozen_lake_on_1024_episodes_a_step_without_a_critic(
-    tmp_path, monkeypatch
-):
-    seen = {}
-
-    class Recorder:
-        def __init__(self, cfg):
-            seen["cfg"] = cfg
-
-        def train(self):
-            pass
-
-    monkeypatch.setattr(starpo, "StarPOTrainer", Recorder)
-    demo = Demo(tmp_path, BUDGETS["full"], ["frozen_lake"])
-    demo.sft_dir("frozen_lake").mkdir(parents=True)
-    (demo.sft_dir("frozen_lake") / "config.json").write_text("{}")
-    demo.stage_rl("frozen_lake")
-    cfg = seen["cfg"]
+def test_full_budget_trains_frozen_lake_on_1024_episodes_a_step_without_a_critic(rl_config_of):
+    cfg = rl_config_of(BUDGETS["full"], "frozen_lake")
     assert cfg.algo.name == "drgrpo" and not cfg.algo.use_critic
     assert cfg.rollout.env_groups * cfg.rollout.group_size == 1024
     assert cfg.algo.filter.value == 1.0 and not cfg.algo.dynamic_sampling.enabled
@@ -100,30 +95,15 @@ def test_full_budget_trains_frozen_lake_on_1024_episodes_a_step_without_a_critic
     assert cfg.model.actor_lr == 3e-4 and cfg.trainer.total_steps == 60
 
 
-def test_stage_rl_takes_the_envs_own_algorithm_and_groups(tmp_path, monkeypatch):
-    seen = {}
-
-    class Recorder:
-        def __init__(self, cfg):
-            seen["cfg"] = cfg
-
-        def train(self):
-            pass
-
-    monkeypatch.setattr(starpo, "StarPOTrainer", Recorder)
+def test_stage_rl_takes_the_envs_own_algorithm_and_groups(rl_config_of):
     budget = dataclasses.replace(
         BUDGETS["toy"], algo={"frozen_lake": "drgrpo"}, env_groups_by_env={"frozen_lake": 5}
     )
-    demo = Demo(tmp_path, budget, ["frozen_lake", "sokoban"])
-    for env in ("frozen_lake", "sokoban"):
-        demo.sft_dir(env).mkdir(parents=True)
-        (demo.sft_dir(env) / "config.json").write_text("{}")
-    demo.stage_rl("frozen_lake")
-    cfg = seen["cfg"]
+    cfg = rl_config_of(budget, "frozen_lake")
     assert cfg.algo.name == "drgrpo" and not cfg.algo.use_critic
     assert cfg.rollout.env_groups == 5
-    demo.stage_rl("sokoban")  # unset: StarPO-S at the shared number of groups
-    assert seen["cfg"].algo.name == "starpo-s" and seen["cfg"].rollout.env_groups == 2
+    cfg = rl_config_of(budget, "sokoban")  # unset: StarPO-S at the shared number of groups
+    assert cfg.algo.name == "starpo-s" and cfg.rollout.env_groups == 2
 
 
 def test_results_written_under_the_old_rl_column_name_still_load(tmp_path):
