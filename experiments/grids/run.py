@@ -15,7 +15,8 @@ Two phases, each a pool of processes (``--jobs`` at a time; on a GPU they share 
    every epoch, then its success on ``eval_episodes`` held-out validation states.
 2. **RL**, one run per (env, seed, variant), from that warm start (``ragen train``),
    evaluated on the same states with the same sampling seed, so gains pair state by
-   state.
+   state; with ``rl.eval_every`` every saved checkpoint is evaluated too (the report's
+   gain by RL step).
 
 ``--finish-by S`` time-boxes the sweep (seconds from the start): the warm starts' SFT
 gets ``sft.max_seconds`` (the config's), the RL runs ``trainer.max_minutes`` = what is
