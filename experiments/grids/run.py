@@ -263,12 +263,13 @@ def rl_job(
     records = read_metrics(folder)
     train_curve = [r.get("rollout/success_rate") for r in records]
     result = heldout_success(cfg, env, str(ckpts[-1] / "actor"))
-    # the earlier checkpoints (rl.eval_every): held-out success against RL steps
+    # every saved checkpoint (rl.eval_every), by the step its name holds: held-out
+    # success against RL steps; the last one is `result`
     curve = {
         int(c.name[5:]): heldout_success(cfg, env, str(c / "actor"))["success_rate"]
         for c in ckpts[:-1]
     }
-    curve[len(records)] = result["success_rate"]
+    curve[int(ckpts[-1].name[5:])] = result["success_rate"]
     return {
         "env": env,
         "seed": seed,
