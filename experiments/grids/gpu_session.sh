@@ -21,13 +21,18 @@
 # 150 s gives warm starts of 80.1% (Sokoban) / 78.7% (FrozenLake), 75 s gives 46.3 / 68.4%;
 # 3-8 RL steps of 1,024 episodes moved neither (lr 1e-5 with one optimizer step, or 2e-5
 # with about four: rl.mini_batch_size=1536). A Sokoban step is ~55 s with two runs on the
-# card, 38 s of it in the update and old log-probs over ~400-token full prompts. Next:
-# compact prompts (about a quarter of the tokens) for more RL steps in the same minutes:
-#   bash experiments/grids/gpu_session.sh $OUT 560 prompt_style=compact rl.mini_batch_size=1536
+# card, 38 s of it in the update and old log-probs over ~400-token full prompts. A third
+# (STUDY_CONFIG=smollm2-gpu-sk: Sokoban alone, compact prompts, 100 s of SFT -> 68.9%)
+# ran 10-15 RL steps of 18-23 s: five optimizer steps per update at lr 2e-5 led one step
+# by +2.6 / +3.2 points of training success on 2 seeds and ended +3.1 / +0.0 held-out.
+# Next (the preset's header says why):
+#   STUDY_CONFIG=smollm2-gpu-sk-lr CUDA_TESTS=0 BENCH_ROLLOUT=0 EVAL_RESERVE=45 \
+#     bash experiments/grids/gpu_session.sh $OUT 555
 #
 # Environment knobs: STUDY_CONFIG (default smollm2-gpu; e.g. smollm2-gpu-sk, Sokoban alone
 # with two RL step sizes), BENCH_ROLLOUT=0 (no rollout bench), BENCH_ENGINES (default
-# static,static-graphs,eager), BENCH_TURNS (default 5), CUDA_TESTS=0 (skip them).
+# static,static-graphs,eager), BENCH_TURNS (default 5), CUDA_TESTS=0 (skip them),
+# EVAL_RESERVE (seconds kept for the held-out evaluations after RL; default 100).
 set -u
 STUDY_CONFIG=${STUDY_CONFIG:-smollm2-gpu}
 OUT_DIR=${1:-${OUT:-runs/gpu}}
@@ -83,7 +88,7 @@ TESTS_PID=$!
 
 say "grids study ($STUDY_CONFIG) -> grids.log"
 python3 -m experiments.grids.run --config "$STUDY_CONFIG" --out runs/grids_gpu --jobs 4 \
-    --finish-by $((BUDGET_S - 20 - SECONDS)) --eval-reserve 100 "$@" > "$OUT_DIR/grids.log" 2>&1
+    --finish-by $((BUDGET_S - 20 - SECONDS)) --eval-reserve "${EVAL_RESERVE:-100}" "$@" > "$OUT_DIR/grids.log" 2>&1
 say "study exit $?"
 grep -E "^\||FAIL|Error|sft epoch|time budget|steps fit|RL time box" "$OUT_DIR/grids.log" | grep -v -i warn | tail -40
 cp runs/grids_gpu/results.json runs/grids_gpu/results.md "$OUT_DIR/" 2>/dev/null
