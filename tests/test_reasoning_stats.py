@@ -205,3 +205,23 @@ def test_reasoning_stats_scores_every_sample_and_merges_prompts(tiny_model_dir):
     one = reasoning_stats(model, tok, same, 64, tok.pad_token_id or 0, 1.0, "cpu", seed=0)
     assert "reasoning/mutual_info" not in one and one["reasoning/prompts"] == 1
     assert one["reasoning/cond_entropy"] > 0
+
+
+def test_cross_scoring_calls_respect_row_and_token_caps():
+    from ragen.trainer.reasoning_stats import _calls
+
+    # rows of padded size (rows x longest) within the token cap, at most max_rows, in order
+    lengths = [3, 3, 5, 2, 9, 1]
+    calls = _calls(list(range(6)), lengths, max_rows=3, max_tokens=12)
+    assert [i for c in calls for i in c] == list(range(6))
+    for c in calls:
+        assert len(c) <= 3
+        assert len(c) == 1 or len(c) * max(lengths[i] for i in c) <= 12
+    assert _calls([0], [50], max_rows=4, max_tokens=10) == [[0]]  # one row always goes
+    # the matrix does not depend on how the rows are cut into calls
+    model = _Bigram(see_first=True)
+    prompts, responses = [[5, 1], [7, 1], [6, 2, 1]], [[2, 4, 6], [3, 3], [4, 2]]
+    spans = [(1, 3), (0, 2), (0, 1)]
+    whole = cross_prompt_logprobs(model, prompts, responses, spans, pad_id=0)
+    cut = cross_prompt_logprobs(model, prompts, responses, spans, pad_id=0, max_tokens=6)
+    assert torch.allclose(whole, cut, atol=1e-6)

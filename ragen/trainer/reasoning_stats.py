@@ -174,23 +174,28 @@ def cross_prompt_logprobs(
     temperature: float = 1.0,
     device: torch.device | str = "cpu",
     max_rows: int = 256,
+    max_tokens: int = 32768,
 ) -> Tensor:
     """``L`` ``(n, K)``: ``L[i, k] = sum_{t in span_i} log p(response_i[t] | prompt_k,
     response_i[:t])`` for n responses and K prompts.
 
     The n x K right-padded rows ``prompt_k + response_i[:end_i]``, prompt by prompt,
-    go through ``sequence_logprobs`` ``max_rows`` at a time (the default step's 16 x 16
-    in one call): it runs each distinct prompt once and hands its K/V to that prompt's
-    rows, so batching prompts together costs no extra arithmetic, only fewer calls
-    (a GPU pays per call in launches and host syncs). Only the span positions are
-    scored. ``temperature``: the sampling temperature, as the trainer scores.
+    go through ``sequence_logprobs`` in calls of at most ``max_rows`` rows and
+    ``max_tokens`` padded ids (the default step's 16 x 16 rows of ~100-id compact
+    prompts in one call): it runs each distinct prompt once and hands its K/V to that
+    prompt's rows, so batching prompts together costs no extra arithmetic, only fewer
+    and larger calls (a GPU pays per call in launches and host syncs). The token cap
+    bounds the rows' K/V copies for long prompts (a 1,000-id prompt: 32 rows a call).
+    Only the span positions are scored. ``temperature``: the sampling temperature, as
+    the trainer scores.
     """
     n, K = len(responses), len(prompts)
     cut = [list(responses[i][: spans[i][1]]) for i in range(n)]
     pairs = [(i, k) for k in range(K) for i in range(n)]  # prompt-major: a prompt's rows adjacent
     out = torch.zeros(n, K, dtype=torch.float64)
-    for s in range(0, len(pairs), max_rows):
-        chunk = pairs[s : s + max_rows]
+    for chunk in _calls(
+        pairs, [len(prompts[k]) + len(cut[i]) for i, k in pairs], max_rows, max_tokens
+    ):
         width = max(len(prompts[k]) + len(cut[i]) for i, k in chunk)
         ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
         att = torch.zeros((len(chunk), width), dtype=torch.long)
@@ -212,6 +217,24 @@ def cross_prompt_logprobs(
         cols_k = torch.tensor([k for _, k in chunk])
         out[rows_i, cols_k] = sums
     return out
+
+
+def _calls(items: list, lengths: list[int], max_rows: int, max_tokens: int) -> list[list]:
+    """``items`` cut, in order, into calls of at most ``max_rows`` items whose padded
+    size (items x the longest length) stays within ``max_tokens`` (one item at least)."""
+    calls: list[list] = []
+    chunk: list = []
+    width = 0
+    for item, length in zip(items, lengths):
+        wider = max(width, length)
+        if chunk and (len(chunk) >= max_rows or (len(chunk) + 1) * wider > max_tokens):
+            calls.append(chunk)
+            chunk, wider = [], length
+        chunk.append(item)
+        width = wider
+    if chunk:
+        calls.append(chunk)
+    return calls
 
 
 def scored_pairs(trajectories) -> list[tuple[list[int], list[int]]]:
