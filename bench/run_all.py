@@ -32,6 +32,7 @@ QUICK: dict[str, list[str]] = {
         "bench_logprobs": "--batch 4 --repeats 1",
         "bench_lora": "--model tiny:nano --steps 1",
         "bench_reasoning_gym": "--seeds 2 --tasks basic_arithmetic gcd",
+        "bench_reasoning_stats": "--samples 4 --rounds 1",
         "bench_rollout": "--size nano --groups 2 --group-size 2 --turns 2 --max-new-tokens 8",
         "bench_scaling": "--rounds 1 --groups 4",
         # grpo: no filter, so 8 x 4 episodes fill the tiny preset's minibatch of 32
