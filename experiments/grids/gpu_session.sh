@@ -9,7 +9,8 @@
 #    /tmp and the next brings the second), checked against .smol/sha256;
 # 2. wheels the machine lacks (.whl/*.whl: gguf, omegaconf, gymnasium) into /tmp/site;
 # 3. in the background: SmolLM2's rollout against bare HF generate at batch 256
-#    (bench.bench_rollout; BENCH_ROLLOUT=0 skips it), then the CUDA-only tests;
+#    (bench.bench_rollout; BENCH_ROLLOUT=0 skips it), the reasoning statistics' one call
+#    against one per prompt (bench.bench_reasoning_stats), then the CUDA-only tests;
 # 4. experiments.grids.run --config smollm2-gpu, time-boxed to end SECONDS (default
 #    560) after this script started; results.json / results.md / the logs land in OUT_DIR.
 #
@@ -32,7 +33,8 @@
 # Environment knobs: STUDY_CONFIG (default smollm2-gpu; e.g. smollm2-gpu-sk, Sokoban alone
 # with two RL step sizes), BENCH_ROLLOUT=0 (no rollout bench), BENCH_ENGINES (default
 # static,static-graphs,eager), BENCH_TURNS (default 5), CUDA_TESTS=0 (skip them),
-# EVAL_RESERVE (seconds kept for the held-out evaluations after RL; default 100).
+# EVAL_RESERVE (seconds kept for the held-out evaluations after RL; default 100),
+# BENCH_REASONING=0 (skip the reasoning statistics' one-call vs per-prompt bench).
 set -u
 STUDY_CONFIG=${STUDY_CONFIG:-smollm2-gpu}
 OUT_DIR=${1:-${OUT:-runs/gpu}}
@@ -78,6 +80,9 @@ say "rollout bench -> bench_rollout.log, then CUDA tests -> cuda_tests.log (back
             --engines "${BENCH_ENGINES:-static,static-graphs,eager}"
         echo "bench end ${SECONDS}s"
     fi > "$OUT_DIR/bench_rollout.log" 2>&1
+    if [ "${BENCH_REASONING:-1}" = 1 ]; then
+        timeout 90 python3 -m bench.bench_reasoning_stats --device cuda --model smollm2 --rounds 4
+    fi > "$OUT_DIR/bench_reasoning_stats.log" 2>&1
     if [ "${CUDA_TESTS:-1}" = 1 ]; then
         OMP_NUM_THREADS=1 timeout 200 python3 -m pytest -q -p no:cacheprovider tests -k cuda
     else
@@ -97,5 +102,6 @@ find runs/grids_gpu -name metrics.jsonl -o -name sft_metrics.jsonl | grep -v che
 wait "$TESTS_PID"
 say "CUDA tests:"; tail -3 "$OUT_DIR/cuda_tests.log"
 say "rollout bench:"; grep -v -i warn "$OUT_DIR/bench_rollout.log" | tail -16
+say "reasoning statistics bench:"; grep -v -i warn "$OUT_DIR/bench_reasoning_stats.log" | tail -4
 ls -la "$OUT_DIR"
 say "done"
