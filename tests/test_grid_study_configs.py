@@ -18,3 +18,12 @@ def test_every_rl_variant_of_every_preset_is_a_valid_training_run(name, tmp_path
         for variant in cfg.rl.variants:
             items = run.rl_overrides(tmp_path, cfg, env, cfg.seeds[0], variant, None)
             load_config(items)
+
+
+def test_command_line_variants_replace_or_add():
+    from experiments.grids.config import load_study_config
+
+    whole = load_study_config("smollm2-gpu-sk", ["rl.variants={fast: [model.actor_lr=5e-5]}"])
+    assert whole.rl.variants == {"fast": ["model.actor_lr=5e-5"]}
+    added = load_study_config("smollm2-gpu-sk", ["rl.variants.fast=[model.actor_lr=5e-5]"])
+    assert set(added.rl.variants) == {"one-step", "five-steps", "fast"}

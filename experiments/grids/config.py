@@ -54,7 +54,9 @@ class RLStage:
     """RL from the warm start: ``ragen train`` overrides, per variant."""
 
     steps: int = 40  # training steps (trainer.total_steps)
-    # variant name -> extra ``ragen train`` overrides (an empty list: the base settings)
+    # variant name -> extra ``ragen train`` overrides (an empty list: the base settings);
+    # a file's or a command line's whole ``rl.variants={name: [...]}`` replaces the
+    # variants before it, ``rl.variants.NAME=[...]`` adds one
     variants: dict[str, list[str]] = field(default_factory=lambda: {"base": []})
     overrides: list[str] = field(default_factory=list)  # applied to every variant
     env_groups: int = 16
@@ -104,6 +106,10 @@ def load_study_config(path: str | Path | None, overrides: list[str] = ()) -> Stu
             if OmegaConf.select(loaded, "rl.variants") is not None:
                 base.rl.variants = {}  # a file's variants replace the defaults, not add to them
             base = OmegaConf.merge(base, loaded)
+        if any(o.split("=", 1)[0].strip() == "rl.variants" for o in overrides):
+            # so does a whole rl.variants={name: [...]} on the command line (one
+            # rl.variants.NAME=[...] adds a variant to the file's)
+            base.rl.variants = {}
         base = OmegaConf.merge(base, OmegaConf.from_dotlist(list(overrides)))
     except ConfigError:
         raise
