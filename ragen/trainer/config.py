@@ -172,7 +172,8 @@ class ModelConfig:
     )
     warmup_steps: int = option(
         0,
-        "linear learning-rate warm-up over this many optimizer steps, then constant (0 = none)",
+        "linear learning-rate warm-up over this many updates (RL steps: every optimizer step "
+        "of update k runs at k / warmup_steps of the lr), then constant (0 = none)",
         ge=0,
         fix="0 turns it off",
     )

@@ -510,6 +510,8 @@ class StarPOTrainer:
             metrics.update(logprob_agreement(batch))
         timing["timing/update"] = time.perf_counter() - tic
         metrics["trainer/critic_warmup"] = float(not actor_trained)
+        # the rate this update ran at (read before the scheduler moves to the next one)
+        metrics["actor/lr"] = self.actor_sched.get_last_lr()[0]
         if actor_trained:  # the actor's schedule starts with its first update
             self.actor_sched.step()
         if self.critic_sched is not None:
@@ -526,7 +528,6 @@ class StarPOTrainer:
         metrics["perf/update_tokens_per_s"] = n_train_tokens / max(timing["timing/update"], 1e-9)
         metrics["perf/rollout_tokens_per_s"] = float(played.stats.get("tokens_per_s", 0.0))
         metrics["perf/num_trained_samples"] = float(len(kept))
-        metrics["actor/lr"] = self.actor_sched.get_last_lr()[0]
         return metrics
 
     def _reuse_step(self, step: int) -> dict[str, float]:
@@ -542,6 +543,7 @@ class StarPOTrainer:
         except NonFiniteUpdate as err:
             raise self._nonfinite_error(step, batch, str(err), {}) from None
         self._step_trained = True
+        lr = self.actor_sched.get_last_lr()[0]  # the rate this update ran at
         self.actor_sched.step()
         if self.critic_sched is not None:
             self.critic_sched.step()
@@ -552,7 +554,7 @@ class StarPOTrainer:
                 "timing/update": update_s,
                 "timing/step": update_s,
                 "perf/num_trained_samples": float(batch.size),
-                "actor/lr": self.actor_sched.get_last_lr()[0],
+                "actor/lr": lr,
             }
         )
         return metrics
