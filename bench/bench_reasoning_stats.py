@@ -15,6 +15,11 @@ of samples: what the function did before the batching), ``batched`` all in one c
 (the default ``max_rows``). Both run ``--rounds`` times in alternating order; the
 script prints each one's best time, the ratio and the largest difference between the
 two ``L`` matrices (float rounding: the rows are the same, only grouped differently).
+
+The model is loaded in ``--dtype`` (default float32: the trainer keeps float32 weights).
+In bfloat16 the two matrices differ by much more than float32's rounding, because a
+row's padded width changes its bf16 rounding: on an H200, SmolLM2's largest difference
+was 8.5e-01 nats in bf16 against 9.7e-05 in float32 (docs/SPEED.md, item 10).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtype", default="float32", help="float32 (the trainer's weights) or bfloat16")
     args = p.parse_args(argv)
 
     import torch
@@ -52,13 +58,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.model:
         from ragen.models import load_policy
 
-        model, tok = load_policy(args.model)
+        model, tok = load_policy(args.model, dtype=args.dtype)
     else:
         from ragen.models.tiny import build_model, build_tokenizer
 
         tok = build_tokenizer("chatml")
         model = build_model(args.size, tok, seed=args.seed)
-    model = model.to(args.device).eval()
+    from ragen.models.loading import pick_dtype
+
+    model = model.to(args.device, pick_dtype(args.device, args.dtype)).eval()
     policy = ModelPolicy(HFEngine(model, tok), tok)
     manager = EnvStateManager(args.env, env_groups=args.samples, group_size=1, seed=args.seed)
     cfg = RolloutConfig(
@@ -79,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
     mean_prompt = sum(map(len, columns)) / k
     print(
         f"{args.model or 'tiny-' + args.size}, {args.env}, device={args.device}, "
-        f"threads={args.threads}: {n} replies x {k} prompts (mean prompt {mean_prompt:.0f} ids)"
+        f"{args.dtype}, threads={args.threads}: {n} replies x {k} prompts (mean prompt {mean_prompt:.0f} ids)"
     )
 
     def score(max_rows: int):

@@ -26,8 +26,10 @@
 # (STUDY_CONFIG=smollm2-gpu-sk: Sokoban alone, compact prompts, 100 s of SFT -> 68.9%)
 # ran 10-15 RL steps of 18-23 s: five optimizer steps per update at lr 2e-5 led one step
 # by +2.6 / +3.2 points of training success on 2 seeds and ended +3.1 / +0.0 held-out.
-# Next (the preset's header says why):
-#   STUDY_CONFIG=smollm2-gpu-sk-lr CUDA_TESTS=0 BENCH_ROLLOUT=0 EVAL_RESERVE=45 \
+# A fourth (STUDY_CONFIG=smollm2-gpu-sk-lr) tried lr 5e-5 and 1e-4: both fell in their
+# first update (-18.4, -56.1 held-out). Next, the lr ramped over the first 5 updates
+# (the preset's header says why):
+#   STUDY_CONFIG=smollm2-gpu-sk-warm CUDA_TESTS=0 BENCH_ROLLOUT=0 EVAL_RESERVE=45 \
 #     bash experiments/grids/gpu_session.sh $OUT 555
 #
 # Environment knobs: STUDY_CONFIG (default smollm2-gpu; e.g. smollm2-gpu-sk, Sokoban alone
