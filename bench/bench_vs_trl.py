@@ -3,6 +3,8 @@
     .venv/bin/python -m pip install -c constraints.txt trl     # or: pip install -e '.[bench]'
     .venv/bin/python -m bench.bench_vs_trl                      # bandit, tiny:nano, 5 steps each
     .venv/bin/python -m bench.bench_vs_trl --steps 8 --threads 2 --engine eager
+    python -m bench.bench_vs_trl --model smollm2 --device cuda --prompts 16 --group-size 16 \
+        --max-new-tokens 64 --lr 1e-5 --steps 3           # SmolLM2 at batch 256 on a GPU
 
 One process runs both trainers, one after the other, on the same task and budget:
 
@@ -12,7 +14,9 @@ One process runs both trainers, one after the other, on the same task and budget
   either side), one optimizer step per step (ragen: ``ppo_mini_batch_size`` = the
   whole batch; TRL: one generation batch per optimizer step, ``num_iterations=1``),
   the same learning rate;
-* model: the same ``tiny:nano`` weights (seed 0), written once to a folder both load;
+* model: the same ``tiny:nano`` weights (seed 0), written once to a folder both load, or
+  ``--model`` (a folder, a ``.gguf`` file, converted once to a folder, or a preset name
+  such as ``smollm2``); on a GPU both train float32 weights with bf16 autocast;
 * prompts: ragen's own chat messages for each initial state (captured from a ragen
   rollout), which TRL renders with the same chat template; TRL's reward function
   parses the reply with ragen's parser and steps a bandit env reset to the same seed
@@ -101,7 +105,7 @@ def run_trl(model_dir: Path, data: list[dict], args, out_dir: Path) -> tuple[flo
     config = GRPOConfig(
         output_dir=str(out_dir),
         use_cpu=args.device == "cpu",
-        bf16=False,
+        bf16=args.device.startswith("cuda"),  # ragen's trainer autocasts to bf16 there too
         per_device_train_batch_size=batch,
         gradient_accumulation_steps=1,
         num_generations=args.group_size,
@@ -180,10 +184,24 @@ def run_ragen(model_dir: Path, args, run_dir: Path) -> tuple[float, int, int]:
     return sum(times[1:]), sum(tokens[1:]), len(times) - 1
 
 
+def model_folder(args, tmp: Path) -> Path:
+    """The HF folder both trainers load: ``--model`` (a ``.gguf`` converted once, through
+    ragen's cache) or a fresh tiny model in ``tmp``."""
+    if not args.model:
+        from ragen.models.tiny import create_tiny
+
+        return create_tiny(tmp / "model", size=args.size, seed=args.seed)
+    from ragen.models.loading import convert_gguf, resolve_model
+
+    source = resolve_model(args.model)
+    return convert_gguf(source) if str(source).endswith(".gguf") else Path(source)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--env", default="bandit")
     p.add_argument("--size", default="nano", help="tiny preset")
+    p.add_argument("--model", default=None, help="a folder, .gguf or preset (default: tiny)")
     p.add_argument("--prompts", type=int, default=8, help="initial states per step")
     p.add_argument("--group-size", type=int, default=8, help="samples per state (GRPO group)")
     p.add_argument("--max-new-tokens", type=int, default=48)
@@ -205,11 +223,11 @@ def main(argv: list[str] | None = None) -> None:
         return
     import torch
 
-    from ragen.models.tiny import build_tokenizer, create_tiny
+    from ragen.models.tiny import build_tokenizer
 
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = create_tiny(Path(tmp) / "model", size=args.size, seed=args.seed)
+        model_dir = model_folder(args, Path(tmp))
         data = capture_prompts(args.env, args.prompts * 4, args.seed, build_tokenizer("chatml"))
         totals = {"ragen": [0.0, 0, 0], "TRL": [0.0, 0, 0]}
         for round_ in range(args.rounds):
@@ -225,7 +243,7 @@ def main(argv: list[str] | None = None) -> None:
     import trl
 
     print(
-        f"GRPO on {args.env}, tiny:{args.size}, {args.prompts} prompts x {args.group_size} "
+        f"GRPO on {args.env}, {args.model or 'tiny:' + args.size}, {args.prompts} prompts x {args.group_size} "
         f"samples per step, <= {args.max_new_tokens} new tokens, device={args.device}, "
         f"torch threads {torch.get_num_threads()}, TRL {trl.__version__}, ragen engine "
         f"{args.engine}; {args.rounds} rounds x {args.steps} counted steps after one warm-up "

@@ -17,6 +17,8 @@
 # With the device tool (15 minutes of device time; a machine goes back 30 s after a call):
 #   run 1, carry [.smol/a]:        cp .smol/a /tmp/smol_a            (about 30 s, start included)
 #   run 2 at once, carry [.smol/b, .whl]:  bash experiments/grids/gpu_session.sh $OUT 560 ...
+# and, to time TRL after it on the same warm machine, bench/gpu_trl.sh (its header: the
+# TRL wheels ride along in runs 1 and 2 and a third call).
 #
 # What two H200 sessions measured (docs/RESULTS.md, "The grids with SmolLM2"): SFT for
 # 150 s gives warm starts of 80.1% (Sokoban) / 78.7% (FrozenLake), 75 s gives 46.3 / 68.4%;
