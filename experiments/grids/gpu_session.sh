@@ -7,7 +7,8 @@
 #    the parts in $SMOL_PARTS (default /tmp/smol_a and .smol/b: a lent machine takes at
 #    most 64 MiB per call and the file is 94 MiB, so one call leaves the first part in
 #    /tmp and the next brings the second), checked against .smol/sha256;
-# 2. wheels the machine lacks (.whl/*.whl: gguf, omegaconf, gymnasium) into /tmp/site;
+# 2. wheels the machine lacks (.whl/*.whl: gguf, omegaconf, gymnasium; trl, datasets,
+#    dill, multiprocess for bench/gpu_trl.sh) into /tmp/site;
 # 3. in the background: SmolLM2's rollout against bare HF generate at batch 256
 #    (bench.bench_rollout; BENCH_ROLLOUT=0 skips it), the reasoning statistics' one call
 #    against one per prompt (bench.bench_reasoning_stats), then the CUDA-only tests;
@@ -17,8 +18,8 @@
 # With the device tool (15 minutes of device time; a machine goes back 30 s after a call):
 #   run 1, carry [.smol/a]:        cp .smol/a /tmp/smol_a            (about 30 s, start included)
 #   run 2 at once, carry [.smol/b, .whl]:  bash experiments/grids/gpu_session.sh $OUT 560 ...
-# and, to time TRL after it on the same warm machine, bench/gpu_trl.sh (its header: the
-# TRL wheels ride along in runs 1 and 2 and a third call).
+#   run 3 at once, if time is left, no carry:   bash bench/gpu_trl.sh $OUT   (ragen vs TRL,
+#     SmolLM2 at batch 256; TRL's wheels ride in .whl, see that script's header)
 #
 # What two H200 sessions measured (docs/RESULTS.md, "The grids with SmolLM2"): SFT for
 # 150 s gives warm starts of 80.1% (Sokoban) / 78.7% (FrozenLake), 75 s gives 46.3 / 68.4%;
