@@ -32,7 +32,7 @@
 # A fourth (STUDY_CONFIG=smollm2-gpu-sk-lr) tried lr 5e-5 and 1e-4: both fell in their
 # first update (-18.4, -56.1 held-out). Next, the lr ramped over the first 5 updates
 # (the preset's header says why):
-#   STUDY_CONFIG=smollm2-gpu-sk-warm CUDA_TESTS=0 BENCH_ROLLOUT=0 EVAL_RESERVE=45 \
+#   STUDY_CONFIG=smollm2-gpu-sk-warm CUDA_TESTS=0 BENCH_ROLLOUT=0 BENCH_REASONING=0 EVAL_RESERVE=45 \
 #     bash experiments/grids/gpu_session.sh $OUT 555
 #
 # Environment knobs: STUDY_CONFIG (default smollm2-gpu; e.g. smollm2-gpu-sk, Sokoban alone
