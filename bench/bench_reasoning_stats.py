@@ -17,9 +17,12 @@ script prints each one's best time, the ratio and the largest difference between
 two ``L`` matrices (float rounding: the rows are the same, only grouped differently).
 
 The model is loaded in ``--dtype`` (default float32: the trainer keeps float32 weights).
-In bfloat16 the two matrices differ by much more than float32's rounding, because a
-row's padded width changes its bf16 rounding: on an H200, SmolLM2's largest difference
-was 8.5e-01 nats in bf16 against 9.7e-05 in float32 (docs/SPEED.md, item 10).
+With bfloat16 weights the two matrices differ by much more than float32's rounding,
+because a row's padded width changes its bf16 rounding: on an H200, SmolLM2's largest
+difference was 8.5e-01 nats in bf16 against 9.7e-05 in float32 (docs/SPEED.md, item 10).
+``--autocast`` also scores the batched rows under bf16 autocast on float32 weights, what
+the trainer does on a GPU (and on a CPU with ``trainer.bf16_cpu``), and prints how far
+that moves ``L`` and the statistics the trainer logs from it.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", default="float32", help="float32 (the trainer's weights) or bfloat16")
+    p.add_argument("--autocast", action="store_true", help="also: bf16 autocast against none")
     args = p.parse_args(argv)
 
     import torch
@@ -79,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     result = run_rollout(policy, manager, cfg, manager.seeds_for_step(0))
     pairs = scored_pairs(result.trajectories)
-    columns, _ = distinct_prompts([p for p, _ in pairs])
+    columns, own = distinct_prompts([p for p, _ in pairs])
     responses = [r for _, r in pairs]
     spans = [reasoning_span(r, tok) for r in responses]
     pad = tok.pad_token_id or 0
@@ -114,6 +118,18 @@ def main(argv: list[str] | None = None) -> None:
         f"batched / per-prompt speed: {best['per-prompt'] / best['batched']:.2f}x; "
         f"largest |L difference| {diff:.2e} nats"
     )
+    if args.autocast:
+        from ragen.trainer.reasoning_stats import mi_from_logprobs
+
+        with torch.autocast(torch.device(args.device).type, dtype=torch.bfloat16):
+            _, cast = score(n * k)
+        lengths = torch.tensor([e - s for s, e in spans], dtype=torch.float64)
+        plain, cast_stats = (mi_from_logprobs(m, lengths, own) for m in (mats["batched"], cast))
+        print(f"bf16 autocast against none: largest |L difference| "
+              f"{float((cast - mats['batched']).abs().max()):.2e} nats")  # fmt: skip
+        for key in ("mutual_info", "mutual_info_token", "cond_entropy", "retrieval_acc"):
+            a, b = plain[f"reasoning/{key}"], cast_stats[f"reasoning/{key}"]
+            print(f"  reasoning/{key:<18} {a:8.4f} -> {b:8.4f} ({b - a:+.4f})")
 
 
 if __name__ == "__main__":
