@@ -88,6 +88,15 @@ def _open(chrome, url: str, ready: str = "body[data-ready='1']"):
     WebDriverWait(chrome, 10).until(lambda d: d.find_elements(_by().CSS_SELECTOR, ready))
 
 
+def _text_of(chrome, css: str) -> str:
+    """``textContent`` of the first element matching ``css``, looked up and read inside
+    the page in one call (waits up to 10 s for it to exist)."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    script = "const e = document.querySelector(arguments[0]); return e ? e.textContent : null;"
+    return WebDriverWait(chrome, 10).until(lambda d: d.execute_script(script, css))
+
+
 def _wait(chrome, css: str):
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -210,8 +219,10 @@ def test_search_filters_in_the_url_and_reasoning_views(chrome, synthetic):
     assert ours and "&ep=7&turn=0" in ours[0].get_attribute("href")
     ours[0].click()
     _wait(chrome, "#traj-title")
-    shown = chrome.find_element(By.CSS_SELECTOR, "#turn-0 pre.thought")
-    assert _text(shown) == thought and _text(shown.find_element(By.TAG_NAME, "mark")) == thought
+    # read in one script call each: the page may draw the episode again meanwhile (a
+    # handle found before that goes stale on a loaded machine)
+    assert _text_of(chrome, "#turn-0 pre.thought") == thought
+    assert _text_of(chrome, "#turn-0 pre.thought mark") == thought
     # filters and search in the URL: a reload (or a shared link) shows the same view
     _open(chrome, (site / "step_000002.html").as_uri())
     chrome.find_element(By.CSS_SELECTOR, "#f-outcome option[value=failure]").click()
