@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> None:
     from ragen.trainer.reasoning_stats import (
         cross_prompt_logprobs,
         distinct_prompts,
+        mi_from_logprobs,
         reasoning_span,
         scored_pairs,
     )
@@ -119,8 +120,6 @@ def main(argv: list[str] | None = None) -> None:
         f"largest |L difference| {diff:.2e} nats"
     )
     if args.autocast:
-        from ragen.trainer.reasoning_stats import mi_from_logprobs
-
         with torch.autocast(torch.device(args.device).type, dtype=torch.bfloat16):
             _, cast = score(n * k)
         lengths = torch.tensor([e - s for s, e in spans], dtype=torch.float64)

@@ -192,11 +192,11 @@ def cross_prompt_logprobs(
     n, K = len(responses), len(prompts)
     cut = [list(responses[i][: spans[i][1]]) for i in range(n)]
     pairs = [(i, k) for k in range(K) for i in range(n)]  # prompt-major: a prompt's rows adjacent
+    lengths = [len(prompts[k]) + len(cut[i]) for i, k in pairs]
     out = torch.zeros(n, K, dtype=torch.float64)
-    for chunk in _calls(
-        pairs, [len(prompts[k]) + len(cut[i]) for i, k in pairs], max_rows, max_tokens
-    ):
-        width = max(len(prompts[k]) + len(cut[i]) for i, k in chunk)
+    for call in _calls(list(range(len(pairs))), lengths, max_rows, max_tokens):
+        chunk = [pairs[j] for j in call]
+        width = max(lengths[j] for j in call)
         ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
         att = torch.zeros((len(chunk), width), dtype=torch.long)
         pos = torch.zeros((len(chunk), width), dtype=torch.long)
