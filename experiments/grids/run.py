@@ -23,7 +23,9 @@ gets ``sft.max_seconds`` (the config's), the RL runs ``trainer.max_minutes`` = w
 left minus ``--eval-reserve``; steps reached are recorded with each result.
 
 Results: ``<out>/results.json`` (rewritten after every job, so an interrupted sweep keeps
-what finished) and the table ``<out>/results.md``.
+what finished; read again before each write, so two sweeps run side by side into one
+folder, e.g. other variants from the same warm start, keep each other's rows) and the
+table ``<out>/results.md``.
 """
 
 from __future__ import annotations
@@ -342,9 +344,15 @@ class Results:
                     self.add({"env": env, "seed": seed, "warm": warm})
 
     def add(self, record: dict[str, Any]) -> None:
+        # read the file again first: another sweep writing into the same folder (other
+        # variants, started beside this one) has rows this process never saw
+        if self.path.exists():
+            on_disk = json.loads(self.path.read_text())
+            on_disk["config"] = self.data["config"]
+            self.data = on_disk
         row = self.data.setdefault(record["env"], {}).setdefault(str(record["seed"]), {})
         row.update({k: v for k, v in record.items() if k not in ("env", "seed", "variant")})
-        tmp = self.path.with_suffix(".tmp")
+        tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(self.data, indent=1, default=str))
         os.replace(tmp, self.path)
 
