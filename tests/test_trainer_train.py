@@ -134,6 +134,10 @@ def test_seeded_run_is_reproducible(tiny_model_dir, tmp_path):
 def test_existing_checkpoints_are_not_overwritten(tiny_model_dir, tmp_path, capsys):
     run = tmp_path / "run"
     assert main(["train", *_overrides(tiny_model_dir, run, "bandit", "grpo", steps=1)]) == 0
+    # the automatic micro-batch budget is said, with the setting that repeats it elsewhere
+    said = "".join(capsys.readouterr())
+    assert "micro-batches of at most 8192 tokens" in said
+    assert "set algo.micro_token_budget=8192 to repeat this run" in said
     assert main(["train", *_overrides(tiny_model_dir, run, "bandit", "grpo", steps=1)]) == 2
     assert "trainer.resume=auto" in capsys.readouterr().err
 

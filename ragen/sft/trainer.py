@@ -83,7 +83,8 @@ class SFTConfig:
     # (16384: 20%) and ran an epoch 1.3-1.4x faster with the same losses, but in one
     # demo-length run the grid phase change came later; kept at 16384 until measured on
     # more seeds
-    # 0 (auto): 16384, or what fits in free memory when less (ragen.models.memory)
+    # 0 (auto): 16384, or the power of two below what fits in free memory when less
+    # (ragen.models.memory)
     micro_token_budget: int = 0
     lr: float = 5e-4
     # linear warm-up over this fraction of the optimizer steps, then cosine decay to 10%

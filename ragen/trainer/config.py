@@ -389,9 +389,9 @@ class AlgoConfig:
     ppo_mini_batch_size: int = option(32, "trajectories per optimizer step", ge=1)
     micro_token_budget: int = option(
         0,
-        "padded tokens per forward/backward micro-batch; 0 (auto): 8192, or what fits in "
-        "the free memory when less (ragen.models.memory); too many to fit is an error at "
-        "start",
+        "padded tokens per forward/backward micro-batch; 0 (auto): 8192, or when less fits "
+        "in the free memory the power of two below what fits (ragen.models.memory; the run "
+        "prints it); too many to fit is an error at start",
         ge=0,
         fix="0 picks what fits in memory; e.g. 8192",
     )

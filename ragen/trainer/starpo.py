@@ -254,6 +254,13 @@ class StarPOTrainer:
         """
         t = self.cfg.trainer
         self.logger.print(f"run folder: {self.run_dir}\n{to_yaml(self.cfg)}")
+        if not self.cfg.algo.micro_token_budget:  # auto: say what it came to, to pin it
+            self.logger.print(
+                f"micro-batches of at most {self.models.token_budget} tokens "
+                f"(algo.micro_token_budget=0, auto: from the model and the free memory; "
+                f"set algo.micro_token_budget={self.models.token_budget} to repeat this run "
+                "on a machine with other free memory)"
+            )
         history: list[dict[str, float]] = []
         done = self.start_step
         self._saved_step = self.start_step  # the newest checkpoint of these weights
