@@ -1,5 +1,6 @@
-"""experiments.grids.eval_checkpoints: which checkpoint of a study's RL run it
-evaluates, and a clear stop when the results folder holds no warm start."""
+"""The grid study's tools: which checkpoint ``eval_checkpoints`` evaluates, results.json
+shared by two sweeps, ``repeat_check`` (one RL step run twice gives the same numbers),
+and a clear stop when the results folder holds no warm start."""
 
 import pytest
 
@@ -43,3 +44,27 @@ def test_two_sweeps_into_one_folder_keep_each_others_rows(tmp_path):
         "fp32": {"success_rate": 0.6},
         "lr": {"success_rate": 0.7},
     }
+
+
+def test_the_repeat_check_stops_with_a_fix_without_a_warm_start(tmp_path):
+    from experiments.grids.repeat_check import main as repeat_check
+
+    with pytest.raises(SystemExit, match="no warm start in .*sokoban/seed0/sft. Fix: point --out"):
+        repeat_check(
+            ["--config", "tiny-cpu", "--out", str(tmp_path), "--env", "sokoban", "--budgets", "512"]
+        )
+
+
+def test_one_rl_step_repeats_to_the_last_digit_at_one_budget(tiny_model_dir, tmp_path, capsys):
+    import shutil
+
+    from experiments.grids.repeat_check import main as repeat_check
+
+    shutil.copytree(tiny_model_dir, tmp_path / "sokoban" / "seed0" / "sft")
+    args = ["--config", "tiny-cpu", "--out", str(tmp_path), "--env", "sokoban"]
+    small = ["rl.env_groups=2", "rl.group_size=2", "rl.algo=drgrpo", "rl.mini_batch_size=8"]
+    small += ["max_new_tokens=8", "rl.variants={base: []}"]
+    assert repeat_check([*args, "--budgets", "256,256", *small]) == 0
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if " | " in line]
+    assert rows[0] == ["metric", "budget 256", "budget 256"]
+    assert len(rows) > 5 and all(r[1] == r[2] for r in rows[1:])
