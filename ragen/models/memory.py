@@ -69,11 +69,12 @@ def auto_token_budget(model: Any, device: Any, fraction: float = AUTO_FRACTION) 
     memory, rounded down to a power of two (``MAX_BUDGET`` when either cannot be told).
 
     Why a power of two: the budget decides which rows share a micro-batch, and so the
-    float rounding of every forward (in bf16, log-prob differences of 1e-2 and more).
-    Taken as is, a seeded run's numbers followed whatever else held memory when it
-    started: SmolLM2 RL on a 24 GB CPU got ~7,500 tokens alone and ~5,100 beside a second
-    run, and the two runs of one configuration parted at their first update. Rounded, the
-    budget moves only when the free memory halves.
+    float rounding of every forward. Taken as is, a seeded run's numbers followed
+    whatever else held memory when it started: SmolLM2 RL on a 24 GB CPU got about 7,500
+    tokens alone and 5,088 beside two other runs, and two runs of one configuration
+    parted at their first update (bf16 autocast; gradient norm 1.099 at one budget,
+    1.147 at another: docs/RESULTS.md, "Reliability"). Rounded, the budget moves only
+    when the free memory halves.
     """
     per_token, free = activation_bytes_per_token(model), free_bytes(device)
     if not per_token or free is None:
