@@ -34,8 +34,8 @@ def test_auto_takes_the_usual_budget_or_what_fits(monkeypatch):
 
 def test_the_auto_budget_does_not_follow_small_changes_in_free_memory(monkeypatch):
     """A seeded run's micro-batches (and so its float rounding) must not change because
-    another job holds a few GB more or less: SmolLM2 on a 24 GB CPU got ~7,500 tokens
-    alone and ~5,100 beside a second run before the budget was rounded."""
+    another job holds a few GB more or less: SmolLM2 on a 24 GB CPU got ~9,200 tokens
+    idle and 5,088 beside two other runs before the budget was rounded."""
     budgets = set()
     for free_gib in (11, 13, 16, 19, 20):
         monkeypatch.setattr(memory, "free_bytes", lambda device, g=free_gib: g * 2**30)
