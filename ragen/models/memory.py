@@ -69,13 +69,10 @@ def auto_token_budget(model: Any, device: Any, fraction: float = AUTO_FRACTION) 
     memory, rounded down to a power of two (``MAX_BUDGET`` when either cannot be told).
 
     Why a power of two: the budget decides which rows share a micro-batch, and so the
-    float rounding of every forward. Taken as is, a seeded run's numbers followed
-    whatever else held memory when it started: SmolLM2 RL on a 24 GB CPU got about 9,200
-    tokens idle and 5,088 beside two other runs, and two runs of one configuration
-    parted at their first update (bf16 autocast; gradient norm 1.099 at one budget,
-    1.147 at another: docs/RESULTS.md, "Reliability"). Rounded, the budget moves only
-    when the free memory crosses a power of two (SmolLM2 there: 8,192 idle, 4,096 beside
-    another run); a run that must repeat anywhere pins ``micro_token_budget``.
+    float rounding of every forward (visible at once under bf16 autocast). Taken as is,
+    it changes with every megabyte other jobs hold, and a seeded run with it; rounded,
+    it moves only when the free memory crosses a power of two. A run that must repeat
+    on any machine pins ``micro_token_budget`` (the trainer prints the one it took).
     """
     per_token, free = activation_bytes_per_token(model), free_bytes(device)
     if not per_token or free is None:

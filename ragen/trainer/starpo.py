@@ -257,7 +257,7 @@ class StarPOTrainer:
         if not self.cfg.algo.micro_token_budget:  # auto: say what it came to, to pin it
             self.logger.print(
                 f"micro-batches of at most {self.models.token_budget} tokens "
-                f"(algo.micro_token_budget=0, auto: from the model and the free memory; "
+                "(algo.micro_token_budget=0, auto: from the model and the free memory; "
                 f"set algo.micro_token_budget={self.models.token_budget} to repeat this run "
                 "on a machine with other free memory)"
             )
