@@ -86,6 +86,10 @@ class RunDirError(RagenError, OSError):
     """A run folder that cannot be used: read-only, full, or held by another training."""
 
 
+class DiskFullError(RunDirError):
+    """A save (checkpoint, SFT model) that ran, or would run, out of disk space or quota."""
+
+
 __all__ = [
     "RagenError",
     "ConfigError",
@@ -100,6 +104,7 @@ __all__ = [
     "EnvContractError",
     "NonFiniteError",
     "RunDirError",
+    "DiskFullError",
     "MissingFileError",
     "check_choice",
 ]

@@ -21,11 +21,12 @@ from pathlib import Path
 
 import torch
 
+from ragen import disk_space
 from ragen.agent.env_manager import EnvStateManager
 from ragen.agent.policies import OraclePolicy, RelabeledPolicy
 from ragen.agent.rollout import RolloutConfig, run_rollout
 from ragen.agent.trajectory import Trajectory
-from ragen.errors import ConfigError, NonFiniteError, UsageError
+from ragen.errors import ConfigError, DiskFullError, NonFiniteError, UsageError
 from ragen.models import load_policy
 from ragen.models.finite import check_finite_weights
 from ragen.models.hf_setup import quiet_transformers
@@ -514,6 +515,10 @@ def run_sft(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model, tokenizer = load_policy(base_model, device=device, dtype=torch.float32)
+    # the saved model is as big as the one loaded (a LoRA run saves it merged, plus its
+    # small adapter): find out now, not after the training, that it cannot be written
+    needed = disk_space.state_bytes(model) + disk_space.SMALL_FILES
+    disk_space.require_free(out, needed, "the SFT model", _NO_ROOM_FIX)
     torch.manual_seed(cfg.seed)
     log(f"generating {cfg.episodes} expert episodes on {cfg.env} (epsilon={cfg.epsilon})")
     data = make_expert_data(tokenizer, cfg)
@@ -558,9 +563,21 @@ def run_sft(
         with quiet_transformers():  # the adapter alone, for `ragen sft merge`
             model.save_pretrained(out / "adapter")
         model = model.merge_and_unload()
-    with quiet_transformers():
-        model.save_pretrained(out, safe_serialization=True)
-        tokenizer.save_pretrained(out)
+    try:
+        with quiet_transformers():
+            model.save_pretrained(out, safe_serialization=True)
+            tokenizer.save_pretrained(out)
+    except Exception as err:
+        if not disk_space.is_disk_full(err, out, needed):
+            raise
+        for partial in out.glob("model*.safetensors*"):  # never leave weights that load wrong
+            partial.unlink()
+        free = disk_space.mb(disk_space.free_bytes(out) or 0)
+        raise DiskFullError(
+            f"disk full while saving the SFT model to {out} (needed ~"
+            f"{disk_space.mb(needed)}, {free} free): the trained weights were not written. "
+            f"Fix: {_NO_ROOM_FIX}"
+        ) from None
     (out / "sft_config.json").write_text(
         json.dumps({"base_model": base_model, **asdict(cfg)}, indent=2)
     )
@@ -569,6 +586,9 @@ def run_sft(
             f.write(json.dumps(rec) + "\n")
     log(f"saved SFT model to {out}")
     return out
+
+
+_NO_ROOM_FIX = "free space on that disk, or write the model elsewhere (--out), and run again"
 
 
 def _tiny_info(base_model: str) -> dict | None:

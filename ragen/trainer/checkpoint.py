@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import errno
 import inspect
 import json
 import os
@@ -47,7 +46,13 @@ import numpy as np
 import torch
 
 from ragen.checkpoint_verify import file_problems, sha256_file, stat_fingerprint
-from ragen.errors import CheckpointError, MissingFileError, NonFiniteError, RunDirError
+from ragen.disk_space import SMALL_FILES, is_disk_full, mb
+from ragen.errors import (
+    CheckpointError,
+    DiskFullError,
+    MissingFileError,
+    NonFiniteError,
+)
 from ragen.models.finite import check_finite_weights, nonfinite_tensors
 from ragen.models.hf_setup import quiet_transformers
 from ragen.run_layout import (
@@ -291,7 +296,7 @@ class CheckpointManager:
             # crash still can; list() ignores it and the next save of this step removes it).
             shutil.rmtree(tmp, ignore_errors=True)
             needed = _checkpoint_bytes(actor, critic, optimizers or {})
-            if isinstance(err, Exception) and _is_disk_full(err, self.root, needed):
+            if isinstance(err, Exception) and is_disk_full(err, self.root, needed):
                 raise self._disk_full(step, needed) from None
             raise
 
@@ -320,8 +325,8 @@ class CheckpointManager:
             else "there is no earlier checkpoint"
         )
         return DiskFullError(
-            f"disk full while saving step {step} to {self.root} (needed ~{_mb(needed)}, "
-            f"{_mb(free)} free); the step's checkpoint was not written and {kept}. Fix: free "
+            f"disk full while saving step {step} to {self.root} (needed ~{mb(needed)}, "
+            f"{mb(free)} free); the step's checkpoint was not written and {kept}. Fix: free "
             "space on that disk (trainer.keep_last=N keeps fewer checkpoints), then resume the run"
         )
 
@@ -717,37 +722,6 @@ def config_differences(saved: Mapping, current: Mapping, keys: Iterable[str]) ->
 
 
 # ------------------------------------------------------------------------------- disk full
-class DiskFullError(RunDirError):
-    """A checkpoint save that ran out of disk space (or quota)."""
-
-
-_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
-# what writers that hide the errno say: torch.save ("basic_ios::clear: iostream error",
-# "PytorchStreamWriter failed writing file"), safetensors/Rust ("os error 28")
-_WRITE_FAILED = ("no space left", "os error 28", "iostream error", "failed writing", "write failed")
-
-
-def _is_disk_full(err: BaseException, root: Path, needed: int) -> bool:
-    """Whether ``err`` (or an error it came from) means the disk under ``root`` is full:
-    ENOSPC/EDQUOT anywhere in its chain, or a write failure whose writer hides the errno
-    while less than ``needed`` bytes are free."""
-    seen: set[int] = set()
-    node: BaseException | None = err
-    write_failed = False
-    while node is not None and id(node) not in seen:
-        seen.add(id(node))
-        if isinstance(node, OSError) and node.errno in _NO_SPACE:
-            return True
-        write_failed |= any(s in str(node).lower() for s in _WRITE_FAILED)
-        node = node.__cause__ or node.__context__
-    if not write_failed:
-        return False
-    try:
-        return shutil.disk_usage(root).free < needed
-    except OSError:
-        return False
-
-
 def _checkpoint_bytes(
     actor: torch.nn.Module, critic: torch.nn.Module | None, optimizers: Mapping[str, Any]
 ) -> int:
@@ -761,11 +735,7 @@ def _checkpoint_bytes(
             total += sum(
                 v.numel() * v.element_size() for v in state.values() if isinstance(v, torch.Tensor)
             )
-    return total + (1 << 20)  # tokenizer, RNG states, JSON files
-
-
-def _mb(n: int) -> str:
-    return f"{n / 1e6:,.0f} MB" if n >= 1e6 else f"{n / 1e6:.2f} MB"
+    return total + SMALL_FILES
 
 
 # ------------------------------------------------------------------------------- files

@@ -139,6 +139,8 @@ class StarPOTrainer:
         from .checkpoint import CheckpointManager
 
         self.checkpoints = CheckpointManager(self.run_dir, keep_last=t.keep_last)
+        if t.save_every > 0:  # no room for one checkpoint: say so before the first step
+            self._require_room_for_a_checkpoint()
         self.start_step = self._maybe_resume()
         # rollout workers / training ranks (trainer.rollout_workers, trainer.train_ranks):
         # Ray actors and a torch.distributed group, docs/SCALING.md; None: this process only
@@ -382,6 +384,24 @@ class StarPOTrainer:
         tensors = {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)}
         return stop_error(
             self.cfg, self.run_dir, step, tensors, what, metrics, last, self.resume_hint()
+        )
+
+    def _require_room_for_a_checkpoint(self) -> None:
+        """Stop with :class:`~ragen.errors.DiskFullError` when the run folder's disk cannot
+        hold one checkpoint: the weights of every trained model plus Adam's two float32
+        moments per trainable parameter (``ragen.disk_space``)."""
+        from ragen.disk_space import SMALL_FILES, adam_state_bytes, require_free, state_bytes
+
+        needed = SMALL_FILES
+        for model in (self.models.actor, self.models.critic):
+            if model is not None:
+                needed += state_bytes(model) + adam_state_bytes(model)
+        require_free(
+            self.checkpoints.root,
+            needed,
+            f"one checkpoint (trainer.save_every={self.cfg.trainer.save_every})",
+            "free space on that disk, point trainer.run_dir at a disk with room, or "
+            "trainer.save_every=0 (no checkpoints)",
         )
 
     def save_checkpoint(self, step: int) -> Path:
