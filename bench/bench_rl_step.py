@@ -30,6 +30,9 @@ the worker is started as a script for the same reason) and the new one with this
 checkout, alternating; it prints episodes/s of both and the ratio, and whether the two
 trained the same numbers (same weights digest, or the largest metric difference).
 
+``--ops N`` (without ``--old``) runs the first counted step under ``torch.profiler``
+and prints its N torch ops with the most self CPU time.
+
 ``--profile`` (worker, or the driver without ``--old``) wraps the functions the step
 spends its time in with timers and prints a tree of inclusive seconds per step:
 rollout (env reset, prompt and context building, the engine call split into prefill,
@@ -208,16 +211,20 @@ def worker(args) -> None:
         with contextlib.redirect_stdout(sys.stderr):  # stdout carries the JSON line only
             trainer = StarPOTrainer(load_config(demo_overrides(args, tmp + "/run")))
             timers = install_timers(trainer) if args.profile else None
-            steps = []
+            steps, ops = [], None
             try:
                 for step in range(args.warmup + args.steps):
                     if timers:
                         timers.reset()
-                    tic, cpu = time.perf_counter(), time.process_time()
-                    metrics = trainer.train_step(step)
-                    wall, cpu = time.perf_counter() - tic, time.process_time() - cpu
-                    if step < args.warmup:
+                    counted = step >= args.warmup
+                    with op_profiler(args.ops if counted else 0) as prof:
+                        tic, cpu = time.perf_counter(), time.process_time()
+                        metrics = trainer.train_step(step)
+                        wall, cpu = time.perf_counter() - tic, time.process_time() - cpu
+                    if not counted:
                         continue
+                    if prof is not None and ops is None:  # the first counted step's
+                        ops = op_table(prof, args.ops)
                     steps.append(
                         {
                             "step": step,
@@ -232,7 +239,29 @@ def worker(args) -> None:
             finally:
                 trainer.logger.close()
                 trainer.close()
-    print(json.dumps({"steps": steps, "digest": digest, "episodes": args.groups * args.group_size}))
+    episodes = args.groups * args.group_size
+    print(json.dumps({"steps": steps, "digest": digest, "episodes": episodes, "ops": ops}))
+
+
+@contextlib.contextmanager
+def op_profiler(rows: int):
+    """``torch.profiler`` over the block when ``rows`` > 0 (yields the profiler), else
+    nothing (yields None). The profiler adds a few microseconds to every op, so its
+    step is slower than an unprofiled one: read its table as shares, not seconds."""
+    if rows <= 0:
+        yield None
+        return
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        yield prof
+
+
+def op_table(prof, rows: int) -> str:
+    """The ``rows`` torch ops with the most self CPU time in one step: where the
+    arithmetic goes (``aten::mm``, ``aten::addmm``) against the elementwise and copy
+    work around it, and how many calls each took."""
+    return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows)
 
 
 # --------------------------------------------------------------------------------------
@@ -273,6 +302,8 @@ def worker_args(args) -> list[str]:
     ]
     if args.reasoning:
         out += ["--reasoning", args.reasoning]
+    if args.ops:
+        out += ["--ops", str(args.ops)]
     for s in args.set:
         out += ["--set", s]
     return out
@@ -334,6 +365,8 @@ def driver(args) -> None:
         print("  " + ", ".join(f"{p} {s[p]:.2f}" for p in PHASES))
         if args.profile:
             print_profile(result, str(tree))
+        if result.get("ops"):
+            print(f"\ntorch ops of the first counted step (--ops {args.ops}):\n{result['ops']}")
         return
     old_tree = Path(args.old).resolve()
     print(
@@ -399,6 +432,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tree", default=None, help="without --old: profile this checkout instead")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--profile", action="store_true", help="time the step's parts")
+    p.add_argument(
+        "--ops", type=int, default=0, help="without --old: print the N torch ops with the "
+        "most self CPU time in the first counted step (torch.profiler)",
+    )  # fmt: skip
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     (worker if args.worker else driver)(args)

@@ -26,6 +26,29 @@ def test_a_folder_without_a_warm_start_says_what_to_point_at(tmp_path):
         main(["--config", "tiny-cpu", "--out", str(tmp_path), "--env", "sokoban"])
 
 
+def test_a_shared_warm_start_is_seed_zeros_for_every_seed(tmp_path, monkeypatch):
+    """With ``sft.shared`` the study trains seed 1's RL from seed 0's warm start; the
+    evaluator reads it there and seed 1's own RL variants beside it."""
+    import experiments.grids.eval_checkpoints as tool
+
+    warm = tmp_path / "sokoban" / "seed0" / "sft"
+    warm.mkdir(parents=True)
+    (warm / "config.json").write_text("{}")
+    _checkpoint(tmp_path / "sokoban" / "seed1" / "lr1e-5", 20)
+    seen = []
+
+    def heldout(cfg, env, path):
+        seen.append(path)
+        return {"success_rate": 0.5}
+
+    monkeypatch.setattr(tool, "heldout_success", heldout)
+    args = ["--config", "tiny-cpu", "--out", str(tmp_path), "--env", "sokoban", "--seed", "1"]
+    main([*args, "sft.shared=true"])
+    assert seen == [str(warm), str(tmp_path / "sokoban/seed1/lr1e-5/checkpoints/step_000020/actor")]
+    with pytest.raises(SystemExit, match="no warm start in .*sokoban/seed1/sft"):
+        main(args)  # not shared: seed 1 needs its own
+
+
 def test_two_sweeps_into_one_folder_keep_each_others_rows(tmp_path):
     """Two study processes started side by side (other variants from the same warm start)
     each load results.json once; every write must keep what the other added since."""

@@ -6,7 +6,7 @@ only at the study's evaluation temperature?
         --out runs/grids/smollm2-cpu-sk --env sokoban --temperature 1.0
 
 For ``seed`` (default 0) of ``env`` in the results folder ``--out``: the warm start
-(``<env>/seed<k>/sft``) and, for each RL variant folder beside it, its last checkpoint's
+(``<env>/seed<k>/sft``; seed 0's when the study sets ``sft.shared``) and, for each RL variant folder beside it, its last checkpoint's
 actor (``--step N``: that step's), each on the study's ``eval_episodes`` held-out states
 with the same sampling seed (``experiments.grids.run.heldout_success``), so the rows
 pair state by state. Prints one line per model and a Markdown table; ``--json FILE``
@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 
 from .config import load_study_config
-from .run import heldout_success
+from .run import heldout_success, warm_dir
 
 
 def checkpoint_actor(variant: Path, step: int | None) -> Path | None:
@@ -45,14 +45,17 @@ def main(argv: list[str] | None = None) -> None:
 
     extra = [f"eval_temperature={args.temperature}"] if args.temperature is not None else []
     cfg = load_study_config(args.config, [*args.overrides, *extra])
-    root = Path(args.out) / args.env / f"seed{args.seed}"
-    if not (root / "sft" / "config.json").exists():
+    out = Path(args.out)
+    warm = warm_dir(out, cfg, args.env, args.seed)  # seed 0's when the study shares it
+    if not (warm / "config.json").exists():
         raise SystemExit(
-            f"no warm start in {root / 'sft'}. Fix: point --out at the study's results "
+            f"no warm start in {warm}. Fix: point --out at the study's results "
             "folder and --env/--seed at a run it holds"
         )
-    models = {"warm start": root / "sft"}
-    for variant in sorted(d for d in root.iterdir() if d.is_dir() and d.name != "sft"):
+    models = {"warm start": warm}
+    root = out / args.env / f"seed{args.seed}"  # this seed's RL variants
+    variants = sorted(d for d in root.iterdir() if d.is_dir()) if root.is_dir() else []
+    for variant in (d for d in variants if d.name != "sft"):
         actor = checkpoint_actor(variant, args.step)
         if actor is not None:
             models[f"{variant.name} ({actor.parent.name})"] = actor
