@@ -62,11 +62,11 @@ measure the case it exists for.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 
 from ragen.errors import ConfigError
+from ragen.models.attention import attention_implementation, config_of
 from ragen.models.kv_cache import cache_arg
 
 from .base import ENGINE_CHOICES
@@ -77,25 +77,6 @@ from .graphs import GraphedDecode
 from .hf import HFEngine, _preallocated_layers, make_kv_cache
 
 log = logging.getLogger(__name__)
-
-
-def _config_of(model):
-    target = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return getattr(target, "config", None)
-
-
-@contextlib.contextmanager
-def _attention_implementation(config, name: str | None):
-    """Temporarily route the model's attention to ``name`` (None: leave it)."""
-    if name is None or config is None:
-        yield
-        return
-    previous = config._attn_implementation
-    config._attn_implementation = name
-    try:
-        yield
-    finally:
-        config._attn_implementation = previous
 
 
 class StaticHFEngine(HFEngine):
@@ -141,7 +122,7 @@ class StaticHFEngine(HFEngine):
         **kwargs,
     ):
         super().__init__(model, tokenizer, *args, **kwargs)
-        self._config = _config_of(model)
+        self._config = config_of(model)
         # only for models whose attention dispatches through transformers' interface
         dispatches = getattr(self._config, "_attn_implementation", None) in ("sdpa", "eager")
         self._attention = ATTENTION_NAME if dispatches and register_attention() else None
@@ -256,7 +237,7 @@ class StaticHFEngine(HFEngine):
 
             with torch.autocast(self.device.type, dtype=torch.bfloat16):
                 return self._direct(cache.layers, mask4d, ids, positions).float()
-        with _attention_implementation(self._config, self._attention):
+        with attention_implementation(self._config, self._attention):
             out = self.model(
                 input_ids=ids.unsqueeze(-1),
                 attention_mask=mask4d,

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from ragen.models.attention import training_attention
 from ragen.models.logprobs import sequence_logprobs
 from ragen.models.value import critic_values
 
@@ -31,17 +32,20 @@ def token_log_probs(
     The distribution is softmax(logits / temperature), the one generation sampled from.
     The LM head runs only at positions that predict a response token
     (``ragen.models.logprobs.sequence_logprobs``). ``model_inputs``: a VLM's pixel
-    inputs for the rows' pictures (``PhaseContext.vision_inputs``).
+    inputs for the rows' pictures (``PhaseContext.vision_inputs``). On the CPU a
+    grouped-query model's attention reads its K/V heads in place
+    (``ragen.models.attention.training_attention``).
     """
-    return sequence_logprobs(
-        model,
-        input_ids,
-        attention_mask,
-        temperature=max(temperature, 1e-6),
-        positions=response_mask,
-        with_entropy=with_entropy,
-        **model_inputs,
-    )
+    with training_attention(model):
+        return sequence_logprobs(
+            model,
+            input_ids,
+            attention_mask,
+            temperature=max(temperature, 1e-6),
+            positions=response_mask,
+            with_entropy=with_entropy,
+            **model_inputs,
+        )
 
 
 def token_values(
@@ -60,7 +64,8 @@ def token_values(
     mask); given, a prompt prefix all rows share runs once
     (``ragen.models.value.critic_values``) and ``values`` is 0 inside it.
     """
-    out = critic_values(critic, input_ids, attention_mask, positions, **model_inputs)
+    with training_attention(critic):
+        out = critic_values(critic, input_ids, attention_mask, positions, **model_inputs)
     values = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
     values[:, 1:] = out[:, :-1]
     last = attention_mask.sum(-1).long() - 1
