@@ -28,6 +28,7 @@ from ragen.agent.rollout import RolloutConfig, run_rollout
 from ragen.agent.trajectory import Trajectory
 from ragen.errors import ConfigError, DiskFullError, NonFiniteError, UsageError
 from ragen.models import load_policy
+from ragen.models.attention import training_attention
 from ragen.models.finite import check_finite_weights
 from ragen.models.hf_setup import quiet_transformers
 from ragen.models.logprobs import sequence_logprobs, wanted_logits
@@ -300,9 +301,10 @@ def sft_loss(model, batch: TrainingBatch, processor=None) -> tuple[torch.Tensor,
             model, processor, batch.input_ids, batch.attention_mask, images, dtype
         )
     mask = batch.response_mask
-    log_prob, _ = sequence_logprobs(
-        model, batch.input_ids, batch.attention_mask, positions=mask, **vision
-    )
+    with training_attention(model):  # on the CPU: GQA's K/V heads read in place
+        log_prob, _ = sequence_logprobs(
+            model, batch.input_ids, batch.attention_mask, positions=mask, **vision
+        )
     return -(log_prob * mask).sum(), mask[:, 1:].sum()
 
 
