@@ -73,3 +73,22 @@ def test_sft_refuses_a_budget_that_cannot_fit_before_training(tiny_model_dir, mo
         train_sft(model, tok, data, bad, log=lambda m: None)
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
     train_sft(model, tok, data, cfg, log=lambda m: None)  # auto: what fits (at least 512)
+
+
+def test_sft_prints_the_auto_budget_and_the_flag_that_pins_it(tiny_model_dir, tmp_path, capsys):
+    from ragen.cli import main
+
+    args = ["sft", "--model", tiny_model_dir, "--env", "bandit", "--episodes", "4",
+            "--epochs", "1", "--max-turns", "1"]  # fmt: skip
+    assert main([*args, "--out", str(tmp_path / "auto")]) == 0
+    out = capsys.readouterr().out
+    (line,) = [x for x in out.splitlines() if x.startswith("sft: micro-batches of at most")]
+    budget = int(line.split("at most ", 1)[1].split()[0])
+    assert f"--micro-token-budget {budget} repeats this run" in line
+    assert budget & (budget - 1) == 0  # a power of two (ragen.models.memory)
+    assert main([*args, "--out", str(tmp_path / "pinned"), "--micro-token-budget", "512"]) == 0
+    assert "sft: micro-batches of at most" not in capsys.readouterr().out  # pinned: no line
+    assert main([*args, "--out", str(tmp_path / "bad"), "--micro-token-budget", "-1"]) == 2
+    assert "micro_token_budget: padded tokens per micro-batch must be >= 0, got -1" in (
+        capsys.readouterr().err
+    )

@@ -65,6 +65,10 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--lora-rank", type=int, default=0, help="> 0 trains LoRA adapters (then merged)"
     )
+    p.add_argument(
+        "--micro-token-budget", type=int, default=0, help="padded tokens per micro-batch "
+        "(0: what fits in the free memory; the run prints the one it took)",
+    )  # fmt: skip
     add_rollout_flags(p, _SFT_ROLLOUT_FLAGS)
     p.add_argument("--seed", type=int, default=0, help="seed of the expert episodes and training")
     p.set_defaults(func=run)
@@ -97,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         lr=args.lr,
         lora_rank=args.lora_rank,
+        micro_token_budget=args.micro_token_budget,
         seed=args.seed,
     )
     cfg.validate()

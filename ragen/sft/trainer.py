@@ -142,6 +142,11 @@ class SFTConfig:
         for name in ("episodes", "epochs", "batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.micro_token_budget < 0:
+            raise ConfigError(
+                f"micro_token_budget: padded tokens per micro-batch must be >= 0, got "
+                f"{self.micro_token_budget}. Fix: e.g. 8192, or 0 (what fits in the free memory)"
+            )
         # `not a <= x` style checks: NaN fails them too (an inf/NaN lr trains NaN weights)
         if not 0 < self.lr < math.inf:
             raise ConfigError(
@@ -355,6 +360,12 @@ def train_sft(
     budget = resolve_token_budget(
         model, device, cfg.micro_token_budget, "micro_token_budget", 16384
     )
+    if not cfg.micro_token_budget:  # auto: say what it came to, so a rerun can pin it
+        log(
+            f"sft: micro-batches of at most {budget} tokens (micro_token_budget=0, auto: "
+            f"from the model and the free memory; --micro-token-budget {budget} repeats "
+            "this run on a machine with other free memory)"
+        )
     if heldout and processor is not None:
         raise UsageError("held-out fit is measured for text models only (no pixels)")
     probe_train = rng.sample(data, min(len(data), len(heldout))) if heldout else None
