@@ -17,11 +17,8 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install -q -c constraints.txt -e ".[dev,gym,textarena,scale,openenv,reasoning-gym,textworld]"
 	touch $(STAMP)
 
-# the suite on TEST_WORKERS processes (pytest-xdist; 0 runs it in this one process)
-TEST_WORKERS ?= 2
-
 test: setup
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) tests
+	$(BIN)/python -m pytest -q tests
 
 demo: setup
 	$(BIN)/python -m ragen.demo
