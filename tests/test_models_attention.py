@@ -52,7 +52,7 @@ def test_gqa_training_forward_equals_transformers_sdpa_in_values_and_gradients(
         return real(*args, **kwargs)
 
     monkeypatch.setattr(attention, "gqa_sdpa_attention", counted)
-    monkeypatch.setattr(attention, "_registered", [])  # register the counted one
+    attention._register.cache_clear()  # register the counted one
     ours = _grads(model, lambda: token_log_probs(model, ids, attn, 1.0, positions, True))
     assert calls, "the CPU training forward of a GQA model did not take the GQA path"
     assert model.config._attn_implementation == "sdpa"  # restored after the forward
@@ -62,7 +62,7 @@ def test_gqa_training_forward_equals_transformers_sdpa_in_values_and_gradients(
     for name, grad in ours[2].items():  # the K/V gradients sum heads in another order
         torch.testing.assert_close(grad, theirs[2][name], atol=1e-6, rtol=1e-5, msg=name)
     monkeypatch.undo()
-    attention._registered.clear()  # the real function again for later tests
+    attention._register.cache_clear()  # the real function again for later tests
 
 
 def test_critic_forward_takes_the_same_path_and_values(tiny_model_dir, model_and_batch):

@@ -6,8 +6,9 @@ only at the study's evaluation temperature?
         --out runs/grids/smollm2-cpu-sk --env sokoban --temperature 1.0
 
 For ``seed`` (default 0) of ``env`` in the results folder ``--out``: the warm start
-(``<env>/seed<k>/sft``; seed 0's when the study sets ``sft.shared``) and, for each RL variant folder beside it, its last checkpoint's
-actor (``--step N``: that step's), each on the study's ``eval_episodes`` held-out states
+(``<env>/seed<k>/sft``; seed 0's when the study sets ``sft.shared``) and, for each RL
+variant folder of that seed, its last checkpoint's actor (``--step N``: that step's),
+each on the study's ``eval_episodes`` held-out states
 with the same sampling seed (``experiments.grids.run.heldout_success``), so the rows
 pair state by state. Prints one line per model and a Markdown table; ``--json FILE``
 writes the figures.

@@ -25,6 +25,7 @@ On a GPU the function is not used: there SDPA's fast kernels do not take
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any
 
 __all__ = [
@@ -96,23 +97,18 @@ def gqa_sdpa_attention(
     return out.transpose(1, 2).contiguous(), None
 
 
-_registered: list[bool] = []
-
-
+@functools.cache
 def _register() -> bool:
     """Register :func:`gqa_sdpa_attention` and SDPA's mask builder under
     :data:`TRAINING_ATTENTION` (once); False with a transformers without them."""
-    if not _registered:
-        try:
-            from transformers import AttentionInterface
-            from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
-        except ImportError:
-            _registered.append(False)
-        else:
-            AttentionInterface.register(TRAINING_ATTENTION, gqa_sdpa_attention)
-            ALL_MASK_ATTENTION_FUNCTIONS.register(TRAINING_ATTENTION, sdpa_mask)
-            _registered.append(True)
-    return _registered[0]
+    try:
+        from transformers import AttentionInterface
+        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+    except ImportError:
+        return False
+    AttentionInterface.register(TRAINING_ATTENTION, gqa_sdpa_attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(TRAINING_ATTENTION, sdpa_mask)
+    return True
 
 
 def training_attention(model: Any):

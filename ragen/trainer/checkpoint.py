@@ -46,7 +46,7 @@ import numpy as np
 import torch
 
 from ragen.checkpoint_verify import file_problems, sha256_file, stat_fingerprint
-from ragen.disk_space import SMALL_FILES, is_disk_full, mb
+from ragen.disk_space import SMALL_FILES, free_bytes, is_disk_full, mb
 from ragen.errors import (
     CheckpointError,
     DiskFullError,
@@ -317,7 +317,7 @@ class CheckpointManager:
     def _disk_full(self, step: int, needed: int) -> DiskFullError:
         """The one-line error after a save of ``step`` ran out of space (its ``.tmp``
         folder already removed, so the previous checkpoints are as they were)."""
-        free = shutil.disk_usage(self.root).free if self.root.exists() else 0
+        free = free_bytes(self.root) or 0
         earlier = [p for p in self.list() if step_of(p) < step]
         kept = (
             f"the previous checkpoint {earlier[-1]} is intact"
