@@ -8,7 +8,7 @@ import pytest
 from ragen.demo import main
 
 
-def test_demo_toy_budget_end_to_end(tmp_path, capsys):
+def test_demo_toy_budget_end_to_end(tmp_path, capfd):
     out = tmp_path / "demo"
     # two env pipelines side by side in worker processes (the default on a multi-core box)
     argv = ["--budget", "toy", "--out", str(out), "--env", "bandit", "--env", "sokoban"]
@@ -21,14 +21,34 @@ def test_demo_toy_budget_end_to_end(tmp_path, capsys):
         assert (rl / "metrics.jsonl").exists() and (rl / "config.yaml").exists()
         assert list((rl / "checkpoints").glob("step_*/actor/model.safetensors"))
     results = json.loads((out / "results.json").read_text())
+    policies = {"random", "oracle", "warm start (SFT)", "after RL"}
     for env in ("bandit", "sokoban"):
-        assert set(results[env]) == {"random", "oracle", "warm start (SFT)", "after RL"}
+        assert set(results[env]) == policies | {"states", "rl_gain"}
         assert results[env]["oracle"]["success_rate"] > 0
+        # every policy played the same held-out states, its outcome kept per state, and
+        # the gain is their paired difference with an interval around it
+        states = results[env]["states"]
+        assert len(states) == len(set(states)) == 4
+        for policy in policies:
+            outcomes = results[env][policy]["per_state"]
+            assert len(outcomes) == 4 and set(outcomes) <= {0.0, 1.0}
+            assert sum(outcomes) / 4 == pytest.approx(results[env][policy]["success_rate"])
+        gain = results[env]["rl_gain"]
+        diff = [
+            a - b
+            for a, b in zip(
+                results[env]["after RL"]["per_state"], results[env]["warm start (SFT)"]["per_state"]
+            )
+        ]
+        assert gain["mean"] == pytest.approx(sum(diff) / 4)
+        assert gain["low"] <= gain["mean"] <= gain["high"] and gain["n"] == 4
     assert (out / "curves.png").stat().st_size > 1000
     table = (out / "results.md").read_text()
     assert "| sokoban |" in table and "after RL" in table
-    printed = capsys.readouterr().out
+    assert "RL gain (points, 95% interval)" in table
+    printed = capfd.readouterr().out  # the workers' lines too (their own processes)
     assert "| bandit |" in printed
+    assert "[sokoban] RL gain " in printed and "paired over 4 held-out states" in printed
     # the demo ends with the viewer's site of its runs, and says where it is
     assert (out / "site" / "sokoban" / "rl" / "index.html").exists()
     assert f"viewer: file://{(out / 'site' / 'index.html').resolve()}" in printed

@@ -146,3 +146,61 @@ def test_length_split_micro_batches_leave_the_sft_gradient_unchanged(tiny_model_
     several, split = grads(SFT_MIN_FILL)
     assert one == 1 and several > 1  # the two length modes went to their own packs
     assert torch.allclose(whole, split, atol=1e-6, rtol=1e-4)
+
+
+def test_sft_stops_once_it_solves_the_asked_share_of_its_own_states(
+    tiny_model_dir, tmp_path, monkeypatch
+):
+    import json
+
+    import ragen.sft.trainer as sft_trainer
+
+    checks = iter([0.10, 0.30, 0.55, 0.9])  # success measured at steps 2, 4, 6, ...
+    seen = []
+
+    def fake_success(model, tokenizer, env, env_config, rollout, seed, step, episodes, temp):
+        seen.append((env, seed, step, episodes, temp))
+        return next(checks)
+
+    monkeypatch.setattr(sft_trainer, "training_state_success", fake_success)
+    cfg = SFTConfig(
+        env="bandit", rollout=RolloutConfig(max_turns=1), episodes=32, epochs=3, batch_size=4,
+        stop_at_success=0.5, success_check_every=2, success_check_episodes=16,
+    )  # fmt: skip
+    out = run_sft(tiny_model_dir, tmp_path / "sft", cfg, log=lambda *_: None)
+    records = [json.loads(x) for x in (out / "sft_metrics.jsonl").read_text().splitlines()]
+    assert len(records) == 6  # of 24: stopped after the third check (0.55 >= 0.5)
+    assert records[-1]["stopped_at_success"] == 0.55
+    assert [r.get("sft_state_success") for r in records if "sft_state_success" in r] == [
+        0.10, 0.30, 0.55,
+    ]  # fmt: skip
+    # its own SFT states (the training seeds' step), at the evaluation's temperature
+    assert seen[0] == ("bandit", 0, sft_trainer.SFT_SEED_STEP, 16, 0.5)
+    assert (out / "model.safetensors").exists()
+
+
+def test_training_state_success_is_a_deterministic_share(tiny_model_dir):
+    from ragen.sft.state_success import training_state_success
+    from ragen.sft.trainer import SFT_SEED_STEP
+
+    model, tok = _load(tiny_model_dir)
+    args = (model, tok, "bandit", {}, RolloutConfig(max_turns=1, max_new_tokens=8), 0,
+            SFT_SEED_STEP, 8, 1.0)  # fmt: skip
+    first = training_state_success(*args)
+    assert 0.0 <= first <= 1.0 and first * 8 == int(first * 8)
+    assert training_state_success(*args) == first
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        ({"stop_at_success": 1.5}, "stop_at_success"),
+        ({"stop_at_success": 0.4, "success_check_every": 0}, "success_check_every"),
+        ({"success_check_temperature": float("nan")}, "success_check_temperature"),
+    ],
+)
+def test_bad_stop_settings_are_refused(change, match):
+    from ragen.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=match):
+        replace(SFTConfig(env="bandit", rollout=RolloutConfig(max_turns=1)), **change).validate()

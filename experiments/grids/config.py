@@ -44,6 +44,11 @@ class SFTStage:
     # success on this many of its own SFT states (its training data) after every epoch:
     # does the warm start solve what it was taught? 0 = not measured
     fit_episodes: int = 0
+    # stop once the model solves this share of its first success_check_episodes SFT
+    # states, checked every success_check_every steps (0: every epoch; SFTConfig)
+    stop_at_success: float = 0.0
+    success_check_every: int = 20
+    success_check_episodes: int = 128
     shared: bool = False  # one warm start per env (seed 0), reused by every RL seed
     aux_reasoning: str | None = None  # an auxiliary reply format also trained on
     aux_episodes: int = 0  # its episodes

@@ -91,9 +91,10 @@ def base_model(out: Path, cfg: StudyConfig, seed: int) -> str:
 def heldout_success(cfg: StudyConfig, env: str, model: str) -> dict[str, float]:
     """``model`` on ``cfg.eval_episodes`` held-out validation states of ``env`` (one
     episode each; the same states and sampling seed for every model)."""
-    from ragen.agent.evaluate import evaluate
+    from ragen.agent.evaluate import run_evaluation
+    from ragen.agent.metrics import success_by_state
 
-    metrics = evaluate(
+    played = run_evaluation(
         model,
         env=env,
         n=cfg.eval_episodes,
@@ -105,8 +106,15 @@ def heldout_success(cfg: StudyConfig, env: str, model: str) -> dict[str, float]:
         batch_groups=cfg.eval_batch,
         device=None if cfg.device == "auto" else cfg.device,
     )
+    metrics = played.metrics
     keys = ("success_rate", "format_error_rate", "valid_action_rate", "eval_seconds")
-    return {k: float(metrics[k]) for k in keys if k in metrics}
+    wins = success_by_state(played.trajectories)
+    # per state, in validation-seed order (the same states for every model): the pairs
+    # behind a gain's interval (ragen.stats)
+    return {
+        **{k: float(metrics[k]) for k in keys if k in metrics},
+        "per_state": [wins[s] for s in sorted(wins)],
+    }
 
 
 def sft_state_success(cfg: StudyConfig, env: str, seed: int, model, tokenizer, n: int) -> float:
@@ -160,6 +168,10 @@ def warm_job(out: Path, cfg: StudyConfig, env: str, seed: int) -> dict[str, Any]
         max_seconds=s.max_seconds,
         aux_reasoning=s.aux_reasoning,
         aux_episodes=s.aux_episodes,
+        stop_at_success=s.stop_at_success,
+        success_check_every=s.success_check_every,
+        success_check_episodes=s.success_check_episodes,
+        success_check_temperature=cfg.eval_temperature,
         seed=seed,
     )
 
@@ -388,7 +400,8 @@ def report(data: dict[str, Any]) -> str:
             steps = ", ".join(str(rows[s][variant].get("steps")) for _, _, s in pairs)
             lines.append(
                 f"| {env} | {variant} | {len(pairs)} | {_ms(warm)} | {_ms(after)} | "
-                f"{_ms(gain, sign=True)} | {per_seed} | {steps} |"
+                f"{_ms(gain, sign=True)}{_intervals(rows, variant, [s for *_, s in pairs])} | "
+                f"{per_seed} | {steps} |"
             )
         warm_only = [s for s in seeds if "warm" in rows[s] and len(rows[s]) == 1]
         if warm_only and not variants:
@@ -425,6 +438,24 @@ def curve_lines(data: dict[str, Any]) -> list[str]:
         head = "Held-out gain over the warm start by RL step (mean ± std over seeds):"
         lines = ["", head, "", "| env | variant | gain by step |", "|---|---|---|", *lines]
     return lines
+
+
+def _intervals(rows: dict[str, Any], variant: str, seeds: list[str]) -> str:
+    """Each seed's paired gain with its 95% bootstrap interval over the held-out states,
+    and the seeds pooled (stratified), where both evaluations kept their per-state
+    outcomes; empty otherwise."""
+    from ragen.stats import paired_bootstrap, stratified_paired_bootstrap
+
+    diffs = []
+    for s in seeds:
+        before = rows[s]["warm"].get("per_state")
+        after = rows[s][variant].get("per_state")
+        if not before or not after or len(before) != len(after):
+            return ""
+        diffs.append([a - b for a, b in zip(after, before)])
+    each = "; ".join(f"s{s} {paired_bootstrap(d).points().format()}" for s, d in zip(seeds, diffs))
+    pooled = stratified_paired_bootstrap(diffs).points().format()
+    return f" (pooled {pooled}; {each})"
 
 
 def _ms(values: list[float], sign: bool = False) -> str:

@@ -161,3 +161,13 @@ def _reasoning_metrics(heads: Sequence[Trajectory]) -> dict[str, float]:
         thoughts = [" ".join(turn.thought.split()) for turn in with_thought]
         out["thought_distinct"] = len(set(thoughts)) / len(thoughts)
     return out
+
+
+def success_by_state(trajectories: Sequence[Trajectory]) -> dict[int, float]:
+    """Success per initial state: ``{seed: share of its episodes that succeeded}`` (one
+    episode per state, as in evaluation: 0.0 or 1.0). Windowed samples count once per
+    episode. The pairing key of before/after gains on the same states (``ragen.stats``)."""
+    wins: dict[int, list[bool]] = defaultdict(list)
+    for samples in episodes_of(trajectories):
+        wins[samples[0].seed].append(bool(samples[0].success))
+    return {seed: sum(w) / len(w) for seed, w in wins.items()}

@@ -35,6 +35,7 @@ from ragen.models.logprobs import sequence_logprobs, wanted_logits
 from ragen.models.memory import resolve_token_budget
 from ragen.models.precision import autocast_for
 from ragen.models.vlm import forward_inputs, is_processor, row_images, text_tokenizer
+from ragen.sft.state_success import training_state_success
 from ragen.trainer.batching import TrainingBatch, collate, micro_batches
 from ragen.trainer.config import LoraConfig
 from ragen.trainer.nonfinite import NONFINITE_DIR, nonfinite_loss, save_step_data
@@ -120,6 +121,15 @@ class SFTConfig:
     # steps the schedule is shortened to the steps that fit, so warm-up and decay still
     # run their course
     max_seconds: float | None = None
+    # stop once the model solves this share of its own SFT states (0: train every
+    # epoch). A warm start chosen on training data, never on validation states, to sit
+    # below what RL can reach: checked every success_check_every optimizer steps on the
+    # first success_check_episodes SFT states at success_check_temperature (the
+    # evaluation's). ragen/sft/state_success.py
+    stop_at_success: float = 0.0
+    success_check_every: int = 20
+    success_check_episodes: int = 128
+    success_check_temperature: float = 0.5
     lora_rank: int = 0  # 0 = full fine-tuning
     lora_alpha: int = 16
     only_successful: bool = False  # keep only episodes the (noisy) expert solved
@@ -201,6 +211,24 @@ class SFTConfig:
                     f"aux_reasoning={self.aux_reasoning!r} is not a reply format; use one of "
                     f"{', '.join(REASONING_FORMATS)}"
                 )
+        if not 0 <= self.stop_at_success <= 1:
+            raise ConfigError(
+                f"stop_at_success: a share of the SFT states solved, in [0, 1], got "
+                f"{self.stop_at_success}. Fix: e.g. 0.4, or 0 (train every epoch)"
+            )
+        if self.stop_at_success and (
+            self.success_check_every < 1 or self.success_check_episodes < 1
+        ):
+            raise ConfigError(
+                "success_check_every and success_check_episodes must be >= 1 with "
+                f"stop_at_success (got {self.success_check_every}, "
+                f"{self.success_check_episodes}). Fix: e.g. 20 and 128"
+            )
+        if not 0 <= self.success_check_temperature < math.inf:
+            raise ConfigError(
+                f"success_check_temperature must be a finite number >= 0, got "
+                f"{self.success_check_temperature}. Fix: e.g. 0.5 (the evaluation's)"
+            )
         if self.aux_episodes < 0:
             raise ConfigError(f"aux_episodes must be >= 0, got {self.aux_episodes}")
         if self.heldout_episodes < 0:
@@ -388,7 +416,7 @@ def train_sft(
         model.train()
 
     model.train()
-    step = 0
+    step, stopped = 0, False
     tic = _clock()
     for epoch in range(cfg.epochs):
         rng.shuffle(order)
@@ -446,8 +474,26 @@ def train_sft(
                         raise SFTPlateau(step, accuracy)
                     log(f"sft: fit check failed (reply accuracy {accuracy:.3f} < "
                         f"{cfg.fit_min_reply_accuracy}); training on")  # fmt: skip
-            if step >= plan["total"]:
+            if cfg.stop_at_success and step % cfg.success_check_every == 0:
+                model.eval()
+                solved = training_state_success(
+                    model, tokenizer, cfg.env, cfg.env_config, cfg.rollout, cfg.seed,
+                    SFT_SEED_STEP, cfg.success_check_episodes, cfg.success_check_temperature,
+                )  # fmt: skip
+                model.train()
+                record["sft_state_success"] = solved
+                log(f"sft step {step}: solves {solved:.1%} of {cfg.success_check_episodes} "
+                    f"SFT states (stops at {cfg.stop_at_success:.0%})")  # fmt: skip
+                if solved >= cfg.stop_at_success:
+                    record["stopped_at_success"] = solved
+                    stopped = True
+            if step >= plan["total"] or stopped:
                 break
+        if stopped:
+            log(f"sft: stopped at step {step} of {plan['total']} (epoch {epoch}): the model "
+                f"solves {record['stopped_at_success']:.1%} of its SFT states")  # fmt: skip
+            epoch_end(epoch)
+            break
         if step >= plan["total"] and epoch + 1 < cfg.epochs:
             log(f"sft: time budget reached in epoch {epoch}")
             epoch_end(epoch)

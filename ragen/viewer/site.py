@@ -509,21 +509,42 @@ def build_site(
 
 
 def _results_table(results: dict[str, Any]) -> str:
-    columns = sorted({c for row in results.values() if isinstance(row, dict) for c in row})
-    head = "".join(f"<th>{esc(c)}</th>" for c in columns)
+    """A demo's results.json: success per policy (a column each) and, where the demo
+    paired them on the same states, the RL gain with its 95% interval."""
+    policies = sorted(
+        {
+            c
+            for row in results.values()
+            if isinstance(row, dict)
+            for c, cell in row.items()
+            if isinstance(cell, dict) and "success_rate" in cell
+        }
+    )
+    gains = any(isinstance(row, dict) and row.get("rl_gain") for row in results.values())
+    head = "".join(f"<th>{esc(c)}</th>" for c in policies)
+    head += "<th>RL gain (points, 95% interval)</th>" if gains else ""
     body = ""
     for env, row in results.items():
         if not isinstance(row, dict):
             continue
         cells = "".join(
             f"<td>{fmt(cell.get('success_rate') if isinstance(cell := row.get(c), dict) else None, True)}</td>"
-            for c in columns
+            for c in policies
         )
+        if gains:
+            cells += f"<td>{esc(_gain_text(row.get('rl_gain')))}</td>"
         body += f"<tr><td>{esc(env)}</td>{cells}</tr>"
     return (
         "<h2>Results (success rate, held-out seeds)</h2>"
         f"<table id=results><tr><th>env</th>{head}</tr>{body}</table>"
     )
+
+
+def _gain_text(gain: Any) -> str:
+    """``+8.2 [+4.9, +11.5]`` from the demo's ``rl_gain`` (success-rate units)."""
+    if not isinstance(gain, dict) or not all(k in gain for k in ("mean", "low", "high")):
+        return "-"
+    return f"{100 * gain['mean']:+.1f} [{100 * gain['low']:+.1f}, {100 * gain['high']:+.1f}]"
 
 
 __all__ = ["build_site", "build_run"]
