@@ -89,6 +89,9 @@ class StudyConfig:
     observation_format: str = "grid"  # grid | coord | grid_coord
     eval_episodes: int = 512  # held-out validation states, one episode each
     eval_temperature: float = 0.5
+    # also evaluate every model at these temperatures (e.g. [1.0], the rollouts'), kept as
+    # `at_temperature: {T: {success_rate, per_state}}` beside the main figures
+    extra_eval_temperatures: list[float] = field(default_factory=list)
     eval_batch: int = 512  # episodes per generate call in evaluation
     device: str = "auto"  # auto | cpu | cuda
     threads: int = 1  # torch threads per job process

@@ -88,9 +88,19 @@ def base_model(out: Path, cfg: StudyConfig, seed: int) -> str:
 
 
 # -- evaluation -----------------------------------------------------------------------
-def heldout_success(cfg: StudyConfig, env: str, model: str) -> dict[str, float]:
+def heldout_success(cfg: StudyConfig, env: str, model: str) -> dict[str, Any]:
     """``model`` on ``cfg.eval_episodes`` held-out validation states of ``env`` (one
-    episode each; the same states and sampling seed for every model)."""
+    episode each; the same states and sampling seed for every model), at
+    ``cfg.eval_temperature`` and at each of ``cfg.extra_eval_temperatures``."""
+    result = _heldout_at(cfg, env, model, cfg.eval_temperature)
+    if cfg.extra_eval_temperatures:
+        result["at_temperature"] = {
+            str(t): _heldout_at(cfg, env, model, t) for t in cfg.extra_eval_temperatures
+        }
+    return result
+
+
+def _heldout_at(cfg: StudyConfig, env: str, model: str, temperature: float) -> dict[str, Any]:
     from ragen.agent.evaluate import run_evaluation
     from ragen.agent.metrics import success_by_state
 
@@ -98,7 +108,7 @@ def heldout_success(cfg: StudyConfig, env: str, model: str) -> dict[str, float]:
         model,
         env=env,
         n=cfg.eval_episodes,
-        temperature=cfg.eval_temperature,
+        temperature=temperature,
         max_turns=cfg.max_turns,
         seed=0,
         config=rollout_config(cfg),
@@ -107,7 +117,10 @@ def heldout_success(cfg: StudyConfig, env: str, model: str) -> dict[str, float]:
         device=None if cfg.device == "auto" else cfg.device,
     )
     metrics = played.metrics
-    keys = ("success_rate", "format_error_rate", "valid_action_rate", "eval_seconds")
+    keys = (
+        "success_rate", "format_error_rate", "valid_action_rate", "eval_seconds",
+        "response_length", "mean_turns",
+    )  # fmt: skip
     wins = success_by_state(played.trajectories)
     # per state, in validation-seed order (the same states for every model): the pairs
     # behind a gain's interval (ragen.stats)
@@ -279,11 +292,11 @@ def rl_job(
     result = heldout_success(cfg, env, str(ckpts[-1] / "actor"))
     # every saved checkpoint (rl.eval_every), by the step its name holds: held-out
     # success against RL steps; the last one is `result`
-    curve = {
-        int(c.name[5:]): heldout_success(cfg, env, str(c / "actor"))["success_rate"]
-        for c in ckpts[:-1]
-    }
-    curve[int(ckpts[-1].name[5:])] = result["success_rate"]
+    evals = {int(c.name[5:]): heldout_success(cfg, env, str(c / "actor")) for c in ckpts[:-1]}
+    evals[int(ckpts[-1].name[5:])] = result
+    curve = {k: e["success_rate"] for k, e in evals.items()}
+    # the whole evaluation of every step (other temperatures, per-state outcomes)
+    by_step = {k: {kk: v for kk, v in e.items()} for k, e in evals.items()}
     return {
         "env": env,
         "seed": seed,
@@ -296,6 +309,7 @@ def rl_job(
             "seconds_per_step": rl_s / max(len(records), 1),
             "train_success": train_curve,
             "heldout_by_step": curve,
+            "evals_by_step": by_step,
         },
     }
 
