@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from experiments.report import demo, findings, grids, markers, sources, summary
+from experiments.report import demo, findings, grids, markers, sources, studies, summary
 from experiments.report.verdicts import rule_text
 
 #: the pages that hold generated blocks, relative to the repository root
@@ -63,6 +63,8 @@ BLOCKS: dict[str, Renderer] = {
     "grid-runs": _args(grids.run_table),
     "grid-evals": _args(grids.eval_table),
     "repeat-check": _one(repeat_check),
+    "lake-oracles": _one(studies.lake_oracles),
+    "sokoban-ties": _one(studies.sokoban_ties),
     "verdict-rule": _one(rule_text),
     "findings-summary": _one(findings.summary_block),
     "finding-table": _finding(findings.table_block),

@@ -130,6 +130,6 @@ def wall_time(root: Path = sources.ROOT) -> str:
     files = sources.demo_seed_files(root)
     wall = sources.load(files[0], root).get("wall_seconds", {}) if files else {}
     if not wall:
-        return "(wall time: not measured yet over seeds; `python -m experiments.demo_seeds.run`)"
+        return "in a wall time not yet measured over seeds (`python -m experiments.demo_seeds.run`)"
     minutes = sorted(float(v) / 60 for v in wall.values())
     return f"in {minutes[0]:.0f} to {minutes[-1]:.0f} minutes a seed (`{files[0]}`)"

@@ -238,7 +238,7 @@ def echo_trap_parts() -> list[Part]:
              drop, len(grpo)),
         Part("a critic delays the collapse", "StarPO (PPO + critic) minus GRPO, last validation",
              paired("echo_trap", "starpo", "grpo", "outcome_last"), len(grpo)),
-        Part("the collapse is an echo trap: reasoning converges to templates",
+        Part("the collapse is an echo trap (the reasoning converges to templates)",
              "distinct thoughts per step", None, 0,
              why="the per-step thought diversity is not in the results file (withdrawn)"),
     ]  # fmt: skip
@@ -319,13 +319,16 @@ def above_random(name: str, variant: str) -> bool:
 
 def actions_parts() -> list[Part]:
     parts = []
-    for name in ("actions", "actions-aux-free_think", "actions-plain-sft"):
+    recipes = {"actions-plain-sft": "free_think, plain SFT",
+               "actions-aux-free_think": "free_think, auxiliary format",
+               "actions": "no_think, the grid study's recipe"}  # fmt: skip
+    for name, recipe in recipes.items():
         g5, g1 = heldout_gains(name, "k5"), heldout_gains(name, "k1")
         seeds = sorted(set(g5) & set(g1), key=int)
         low = [k for k in ("k1", "k5") if not above_random(name, k)]
         why = (f"the warm starts of {' and '.join(low)} play at random play's level "
                "(`reference.json`): the setup cannot compare action budgets") if low else ""  # fmt: skip
-        parts.append(Part("5 moves a reply train better than 1",
+        parts.append(Part(f"5 moves a reply train better than 1 ({recipe})",
                           f"held-out RL gain, k = 5 minus k = 1 (`{name}`)",
                           difference([g5[s] for s in seeds], [g1[s] for s in seeds]),
                           len(seeds), setup_ok=not low, why=why))  # fmt: skip
@@ -373,7 +376,7 @@ def mi_parts() -> list[Part]:
              why=f"{collapses} of {total} runs collapse: one event cannot carry a verdict"),
         Part("MI warns before the collapse", "`mutual_info` lead over the scored collapses",
              _events(scored["leads"]), scored["collapsing"], unit="steps", delta=DELTA_STEPS,
-             why=f"{scored['collapsing']} scored runs collapse; {scored['false_alarms']} false alarms on {scored['healthy']}"),
+             why=f"{scored['collapsing']} scored runs collapse; false alarms on {scored['false_alarms']} of the {scored['healthy']} that do not"),
     ]  # fmt: skip
 
 
@@ -425,7 +428,9 @@ def verdict_block(key: str) -> str:
     lines = [f'**Verdict: {finding_verdict(parts)}** (the rule: "How a verdict is reached" above).']
     lines.append("")
     for p in parts:
-        lines.append(f"* {p.claim}: {p.measure}, {p.evidence()}: **{part_verdict(p)}**.")
+        lines.append(
+            f"* **{part_verdict(p)}**: {p.claim}. {p.measure[0].upper()}{p.measure[1:]}: {p.evidence()}."
+        )
     return "\n".join(lines)
 
 

@@ -167,10 +167,12 @@ def pct(rate: float | None) -> str:
 
 
 def mean_sd(values: Sequence[float], scale: float = 100.0, unit: str = "%", digits: int = 1) -> str:
-    """``52.1 ± 9.9%`` over seeds (the sd is 0 with one value; NaNs are left out)."""
+    """``52.1 ± 9.9%`` over seeds (one value alone: ``52.1%``; NaNs are left out)."""
     v = [scale * x for x in values if x == x]
     if not v:
         return "-"
+    if len(v) == 1:
+        return f"{v[0]:.{digits}f}{unit}"
     m = sum(v) / len(v)
     sd = math.sqrt(sum((x - m) ** 2 for x in v) / (len(v) - 1)) if len(v) > 1 else 0.0
     return f"{m:.{digits}f} ± {sd:.{digits}f}{unit}"

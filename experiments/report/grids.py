@@ -53,6 +53,22 @@ def _split(args: list[str]) -> tuple[list[str], dict[str, str]]:
     return [a for a in args if "=" not in a], dict(a.split("=", 1) for a in args if "=" in a)
 
 
+def expand(stems: list[str]) -> list[tuple[str, set[str] | None]]:
+    """Block arguments to ``(stem, variants or None)``: ``STEM``, ``STEM:v1,v2`` (those
+    variants only) or a glob (``smollm2-*``: every grid study file it matches, in name
+    order, so a new results file shows up in the block the next time it is rebuilt)."""
+    out: list[tuple[str, set[str] | None]] = []
+    for arg in stems:
+        stem, _, only = arg.partition(":")
+        keep = set(only.split(",")) if only else None
+        if "*" in stem:
+            found = sorted((sources.ROOT / RESULTS).glob(f"{stem}.json"))
+            out += [(p.stem, keep) for p in found if "config" in sources.load(path(p.stem))]
+        else:
+            out.append((stem, keep))
+    return out
+
+
 def _only(options: dict[str, str], key: str) -> set[str] | None:
     return set(options[key].split(",")) if key in options else None
 
@@ -62,9 +78,10 @@ def rl_table(args: list[str]) -> str:
     paired with its warm start (from the first file when a file has none), the pooled
     gain with its interval, each seed's, and the seeds whose gain is beyond noise."""
     stems, options = _split(args)
-    keep, envs = _only(options, "variants"), _only(options, "envs")
+    envs = _only(options, "envs")
+    files = expand(stems)
     rows, shown = [], []
-    for stem in stems:
+    for stem, keep in files:
         d = data(stem)
         for env in sources.grid_envs(d):
             if envs and env not in envs:
@@ -72,18 +89,19 @@ def rl_table(args: list[str]) -> str:
             for variant in sources.grid_variants(d, env):
                 if keep and variant not in keep:
                     continue
-                g = gain(stem, env, variant, warm_from=stems[0])
+                g = gain(stem, env, variant, warm_from=files[0][0])
                 steps = ", ".join(str(d[env][s.seed][variant].get("steps")) for s in g.seeds)
                 each = ", ".join(
                     f"s{s.seed} {100 * s.before:.1f} -> {100 * s.after:.1f} ({100 * s.gain:+.1f})"
                     for s in g.seeds
                 )
-                rows.append([env, f"`{variant}`", str(len(g.seeds)),
+                rows.append([f"`{stem}`", env, f"`{variant}`", str(len(g.seeds)),
                              mean_sd([s.before for s in g.seeds]), mean_sd([s.after for s in g.seeds]),
                              g.text(), each, g.seeds_text(), steps])  # fmt: skip
         shown.append(stem)
-    head = ["env", "variant", "seeds", "warm start", "after RL", "gain, 95% interval (points)",
-            "per seed: warm -> after RL (gain)", "seeds beyond noise", "RL steps"]  # fmt: skip
+    head = ["results file", "env", "variant", "seeds", "warm start", "after RL",
+            "gain, 95% interval (points)", "per seed: warm -> after RL (gain)",
+            "seeds beyond noise", "RL steps"]  # fmt: skip
     return _table(head, rows) + "\n\n" + sources.provenance_line([path(s) for s in shown])
 
 
@@ -92,10 +110,12 @@ def steps_table(args: list[str]) -> str:
     evaluated more than once), mean over seeds with its seed-level t interval."""
     stems, _ = _split(args)
     rows = []
-    for stem in stems:
+    for stem, keep in expand(stems):
         d = data(stem)
         for env in sources.grid_envs(d):
             for variant in sources.grid_variants(d, env):
+                if keep and variant not in keep:
+                    continue
                 runs = [r for r in d[env].values() if variant in r and "warm" in r]
                 curves = [r[variant].get("heldout_by_step", {}) for r in runs]
                 steps = sorted({int(k) for c in curves for k in c})
@@ -132,6 +152,7 @@ def warm_table(args: list[str]) -> str:
     last epoch's held-out reply accuracy, SFT steps (of the epoch, when time-boxed)."""
     stems, options = _split(args)
     envs = _only(options, "envs")
+    stems = [stem for stem, _ in expand(stems)]
     rows = []
     for stem in stems:
         d = data(stem)
@@ -140,6 +161,8 @@ def warm_table(args: list[str]) -> str:
             if envs and env not in envs:
                 continue
             seeds = sorted((s for s in d[env] if "warm" in d[env][s]), key=int)
+            if not seeds:
+                continue
             records = [d[env][s]["warm"] for s in seeds]
             if len({json.dumps(r, sort_keys=True) for r in records}) == 1 and len(seeds) > 1:
                 seeds, records = seeds[:1], records[:1]  # one warm start shared by the seeds
@@ -190,10 +213,10 @@ def run_table(args: list[str]) -> str:
     gain (its interval, or the cells' noise with one seed and no per-state outcomes),
     held-out success by step, steps, seconds per step, training success over the first
     and last five steps, and the first update's KL."""
-    stems, options = _split(args)
-    keep = _only(options, "variants")
+    stems, _ = _split(args)
+    files = expand(stems)
     rows = []
-    for stem in stems:
+    for stem, keep in files:
         d = data(stem)
         for env in sources.grid_envs(d):
             for variant in sources.grid_variants(d, env):
@@ -207,15 +230,15 @@ def run_table(args: list[str]) -> str:
                                                            key=lambda kv: int(kv[0])))  # fmt: skip
                     head5 = statistics.mean(train[:5]) if train else None
                     tail5 = statistics.mean(train[-5:]) if train else None
-                    rows.append([env, f"`{variant}`", s.seed, pct(s.before), pct(s.after),
+                    rows.append([f"`{stem}`", env, f"`{variant}`", s.seed, pct(s.before), pct(s.after),
                                  pool([s]).text(), by_step or "-", str(r.get("steps", "-")),
                                  f"{r.get('seconds_per_step', float('nan')):.1f}",
                                  f"{_rate(head5)} / {_rate(tail5)}",
                                  first_kl(stem, env, s.seed, variant)])  # fmt: skip
-    head = ["env", "variant", "seed", "warm start", "after RL", "gain (points)",
+    head = ["results file", "env", "variant", "seed", "warm start", "after RL", "gain (points)",
             "gain by RL step", "RL steps", "s/step", "training success, first / last 5 steps",
             "first update's KL"]  # fmt: skip
-    return _table(head, rows) + "\n\n" + sources.provenance_line([path(s) for s in stems])
+    return _table(head, rows) + "\n\n" + sources.provenance_line([path(s) for s, _ in files])
 
 
 def _rate(x: float | None) -> str:

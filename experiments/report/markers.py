@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-OPEN = re.compile(r"<!-- generated:(?P<head>[^>]*?) -->")
+OPEN = re.compile(r"<!-- generated:(?P<head>[a-z][^>]*?) -->")  # a NAME starts with a letter
 CLOSE = "<!-- /generated -->"
 
 

@@ -123,7 +123,7 @@ def smollm2_h200_rl() -> str:
 def one_seed(stem: str, env: str, variant: str) -> str:
     g = grids.gain(stem, env, variant)
     s = g.seeds[0]
-    return f"{pct(s.before)} -> {pct(s.after)} ({g.text()})"
+    return f"{pct(s.before)} -> {pct(s.after)}, {g.text()}"
 
 
 def smollm2_cpu_warm() -> str:
