@@ -266,8 +266,9 @@ def grid_filter_part(env: str) -> Part:
     seeds = sorted((s for s in rows if "top25" in rows[s] and "all" in rows[s]), key=int)
     i = difference([100 * rows[s]["top25"]["success_rate"] for s in seeds],
                    [100 * rows[s]["all"]["success_rate"] for s in seeds])  # fmt: skip
-    return Part(f"the top 25% of groups train better than every group on {env}",
-                f"{env} held-out success after 40 RL steps, top 25% minus every group (grid study)", i, len(seeds))  # fmt: skip
+    name = {"frozen_lake": "FrozenLake", "sokoban": "Sokoban"}[env]
+    return Part(f"the top 25% of groups train better than every group on {name}",
+                f"{name}: held-out success after 40 RL steps, top 25% minus every group (grid study)", i, len(seeds))  # fmt: skip
 
 
 def filter_parts() -> list[Part]:

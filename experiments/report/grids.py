@@ -13,6 +13,7 @@ KL).
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -74,13 +75,14 @@ def _only(options: dict[str, str], key: str) -> set[str] | None:
 
 
 def rl_table(args: list[str]) -> str:
-    """``grid-table STEM ... [variants=a,b] [envs=x]``: every RL variant of the files,
-    paired with its warm start (from the first file when a file has none), the pooled
-    gain with its interval, each seed's, and the seeds whose gain is beyond noise."""
+    """``grid-table STEM ... [warm=STEM] [envs=x]``: every RL variant of the files, paired
+    with its warm start (from ``warm``'s file for a file that holds RL rows only), the
+    pooled gain with its interval, each seed's, and the seeds whose gain is beyond noise."""
     stems, options = _split(args)
     envs = _only(options, "envs")
+    warm = data(options["warm"]) if "warm" in options else None
     files = expand(stems)
-    rows, shown = [], []
+    rows = []
     for stem, keep in files:
         d = data(stem)
         for env in sources.grid_envs(d):
@@ -89,7 +91,14 @@ def rl_table(args: list[str]) -> str:
             for variant in sources.grid_variants(d, env):
                 if keep and variant not in keep:
                     continue
-                g = gain(stem, env, variant, warm_from=files[0][0])
+                seeds = sources.grid_pairs(d, env, variant) or (
+                    sources.grid_pairs(d, env, variant, warm=warm) if warm else []
+                )
+                if not seeds:
+                    rows.append([f"`{stem}`", env, f"`{variant}`", "-", "-", "-",
+                                 "no warm start in the file to pair with", "-", "-", "-"])  # fmt: skip
+                    continue
+                g = pool(seeds)
                 steps = ", ".join(str(d[env][s.seed][variant].get("steps")) for s in g.seeds)
                 each = ", ".join(
                     f"s{s.seed} {100 * s.before:.1f} -> {100 * s.after:.1f} ({100 * s.gain:+.1f})"
@@ -98,11 +107,10 @@ def rl_table(args: list[str]) -> str:
                 rows.append([f"`{stem}`", env, f"`{variant}`", str(len(g.seeds)),
                              mean_sd([s.before for s in g.seeds]), mean_sd([s.after for s in g.seeds]),
                              g.text(), each, g.seeds_text(), steps])  # fmt: skip
-        shown.append(stem)
     head = ["results file", "env", "variant", "seeds", "warm start", "after RL",
             "gain, 95% interval (points)", "per seed: warm -> after RL (gain)",
             "seeds beyond noise", "RL steps"]  # fmt: skip
-    return _table(head, rows) + "\n\n" + sources.provenance_line([path(s) for s in shown])
+    return _table(head, rows) + "\n\n" + sources.provenance_line([path(s) for s, _ in files])
 
 
 def steps_table(args: list[str]) -> str:
@@ -140,10 +148,9 @@ def planned_sft_steps(stem: str, env: str, seed: str) -> tuple[int, int] | None:
         return None
     needle = f"[{env} s{seed} "
     for line in log.read_text().splitlines():
-        if line.startswith(needle) and "steps fit" in line:
-            words = line.split()
-            i = words.index("of")
-            return int(words[i - 1]), int(words[i + 1])
+        m = re.search(r"(\d+) of (\d+) steps fit", line)
+        if line.startswith(needle) and m:
+            return int(m.group(1)), int(m.group(2))
     return None
 
 
@@ -232,13 +239,17 @@ def run_table(args: list[str]) -> str:
                     tail5 = statistics.mean(train[-5:]) if train else None
                     rows.append([f"`{stem}`", env, f"`{variant}`", s.seed, pct(s.before), pct(s.after),
                                  pool([s]).text(), by_step or "-", str(r.get("steps", "-")),
-                                 f"{r.get('seconds_per_step', float('nan')):.1f}",
+                                 _num(r.get("seconds_per_step")),
                                  f"{_rate(head5)} / {_rate(tail5)}",
                                  first_kl(stem, env, s.seed, variant)])  # fmt: skip
     head = ["results file", "env", "variant", "seed", "warm start", "after RL", "gain (points)",
             "gain by RL step", "RL steps", "s/step", "training success, first / last 5 steps",
             "first update's KL"]  # fmt: skip
     return _table(head, rows) + "\n\n" + sources.provenance_line([path(s) for s, _ in files])
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
 
 
 def _rate(x: float | None) -> str:
