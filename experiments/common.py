@@ -49,6 +49,8 @@ __all__ = [
     "paired_columns",
     "add_warm_start_arguments",
     "warm_start_budget",
+    "provenance",
+    "write_results",
 ]
 
 GRID_ENVS = ("frozen_lake", "sokoban")
@@ -192,6 +194,41 @@ def cli(main: Callable[[list[str] | None], int | None]) -> int:
     except RagenError as err:
         print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
+
+
+# -- results files ------------------------------------------------------------------------
+def provenance(command: str) -> dict[str, str]:
+    """What a results file records of where it came from (``python -m experiments.report``
+    reads it): the command, the device, the commit checked out (``+`` when the tree had
+    changes) and the date."""
+    import os
+    import subprocess
+    import time
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    if git("status", "--porcelain", "--untracked-files=no"):
+        commit += "+"
+    device = f"CPU ({os.cpu_count()} cores)"
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            device = torch.cuda.get_device_name(0)
+    except ImportError:
+        pass
+    return {"command": command, "device": device, "commit": commit,
+            "date": time.strftime("%Y-%m-%d")}  # fmt: skip
+
+
+def write_results(path: Path, payload: dict[str, Any], command: str) -> Path:
+    """``payload`` as JSON at ``path`` with its :func:`provenance`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({**payload, **provenance(command)}, indent=1) + "\n")
+    return path
 
 
 # -- tables -----------------------------------------------------------------------------

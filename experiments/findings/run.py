@@ -288,7 +288,11 @@ def report(
         "",
         table,
     ]
-    numbers: dict[str, Any] = {"command": command, "runs": data, "heldout": evals}
+    # every run's curves (the panels' values per step), so that a figure read off the
+    # picture is in the file too (python -m experiments.report reads this file)
+    curves = {v: {str(s): c for s, c in runs.items()} for v, runs in series.items()}
+    numbers: dict[str, Any] = {"command": command, "runs": data, "heldout": evals,
+                               "curves": curves}  # fmt: skip
     if cfg.collapse is not None:
         from experiments.findings import collapse_report
 

@@ -263,13 +263,16 @@ def run_rl(
     return folder
 
 
-def heldout(cfg: FindingConfig, variant: Variant, model: str, n: int) -> dict[str, float]:
+def heldout(cfg: FindingConfig, variant: Variant, model: str, n: int) -> dict[str, Any]:
     """``model`` on ``n`` held-out validation states (one episode each, temperature 0.5,
-    the same states and sampling seed for every model: evaluations pair state by state)."""
-    from ragen.agent.evaluate import evaluate
+    the same states and sampling seed for every model: evaluations pair state by state),
+    with the per-state outcomes in state order (the pairs behind a gain's interval,
+    ``ragen.stats``)."""
+    from ragen.agent.evaluate import run_evaluation
+    from ragen.agent.metrics import success_by_state
 
     shape = variant_shape(cfg, variant)
-    metrics = evaluate(
+    played = run_evaluation(
         model,
         env=cfg.env,
         n=n,
@@ -281,7 +284,12 @@ def heldout(cfg: FindingConfig, variant: Variant, model: str, n: int) -> dict[st
         batch_groups=min(n, 256),
         device=None if cfg.device == "auto" else cfg.device,
     )
-    return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
+    out: dict[str, Any] = {
+        k: float(v) for k, v in played.metrics.items() if isinstance(v, (int, float))
+    }
+    wins = success_by_state(played.trajectories)
+    out["per_state"] = [wins[s] for s in sorted(wins)]
+    return out
 
 
 def final_actor(folder: Path) -> Path:

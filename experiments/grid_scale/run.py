@@ -9,9 +9,10 @@ averages over many more episodes than the demo's 64?
         --variant x16-all:groups=64,group_size=16,algo.filter.value=1.0,algo.ppo_mini_batch_size=768
     python -m experiments.grid_scale.run --out runs/grid_scale --report-only   # table + curves.png
 
-``bench/gpu_session.sh`` runs it on a lent GPU; docs/RESULTS.md ("FrozenLake") has what
-it measured on an H200: FrozenLake +12.2 ± 6.4 points
-for ``x16-all`` in 40 steps. On a 2-core CPU one ``x16-all`` step takes about 100 s.
+``bench/gpu_session.sh`` runs it on a lent GPU. What it measured on an H200 was withdrawn
+from docs/RESULTS.md ("FrozenLake"): its runs are gone and their results were never
+committed (docs/notebook/2026-11-28-report-rebuild.md); commit a session's
+``results.json`` under ``experiments/grid_scale/results/`` to report it again.
 
 Two phases, each a pool of single-threaded processes (``--jobs`` at a time; on a GPU
 they share the card, which a 1M-parameter model leaves mostly idle):

@@ -23,10 +23,11 @@ from __future__ import annotations
 import argparse
 import collections
 import random
+from pathlib import Path
 
 import numpy as np
 
-from experiments.common import cli, parse_study_args
+from experiments.common import cli, parse_study_args, write_results
 from ragen.envs.base import derive_seed
 from ragen.envs.frozen_lake import (
     ACTION_NAMES,
@@ -92,6 +93,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--maps", type=int, default=2000)
     p.add_argument("--horizon", type=int, default=10)
+    p.add_argument("--json", default=None, help="also write the rates here (with provenance)")
     args = parse_study_args(p, argv, __file__)
 
     rng = random.Random(0)
@@ -128,6 +130,18 @@ def main(argv: list[str] | None = None) -> None:
     print("same move, over non-terminal cells")
     for name, xs in agree.items():
         print(f"  {name:<34} {100 * np.mean(xs):5.1f}%")
+    if args.json:
+        payload = {
+            "maps": args.maps,
+            "horizon": args.horizon,
+            "p": P,
+            "success": {name: float(np.mean(xs)) for name, xs in wins.items()},
+            "same_move": {name: float(np.mean(xs)) for name, xs in agree.items()},
+        }
+        command = (
+            f"python -m experiments.lake_oracles.run --maps {args.maps} --horizon {args.horizon}"
+        )
+        write_results(Path(args.json), payload, command)
 
 
 if __name__ == "__main__":

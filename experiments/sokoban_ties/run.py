@@ -19,8 +19,9 @@ import argparse
 import collections
 import copy
 import random
+from pathlib import Path
 
-from experiments.common import cli, parse_study_args
+from experiments.common import cli, parse_study_args, write_results
 
 
 def optimal_moves(env) -> list[str]:
@@ -51,6 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rooms", type=int, default=150)
     p.add_argument("--epsilon", type=float, default=0.1)
     p.add_argument("--max-turns", type=int, default=10)
+    p.add_argument("--json", default=None, help="also write the counts here (with provenance)")
     args = parse_study_args(p, argv, __file__)
 
     env = envs.make(args.env)
@@ -71,6 +73,11 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{total} states visited in {args.rooms} rooms (epsilon {args.epsilon})")
     for k in sorted(counts):
         print(f"  {k} optimal move(s): {counts[k] / total:6.1%}")
+    if args.json:
+        payload = {"rooms": args.rooms, "epsilon": args.epsilon, "states": total,
+                   "optimal_moves": {str(k): counts[k] for k in sorted(counts)}}  # fmt: skip
+        command = f"python -m experiments.sokoban_ties.run --rooms {args.rooms}"
+        write_results(Path(args.json), payload, command)
 
 
 if __name__ == "__main__":
