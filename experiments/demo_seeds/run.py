@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from experiments.common import provenance
 from ragen.stats import paired_bootstrap, seed_t_interval, stratified_paired_bootstrap
 
 HERE = Path(__file__).resolve().parent
@@ -143,9 +144,11 @@ def main(argv: list[str] | None = None) -> int:
             wall[seed] = run_seed(base / f"seed{seed}", seed, args.demo_arg)
     runs = {s: seed_record(base / f"seed{s}") for s in args.seeds}
     summary = summarize(runs)
+    command = "python -m experiments.demo_seeds.run " + " ".join(argv or sys.argv[1:])
     payload = {
         "label": args.label,
-        "command": "python -m ragen.demo --seed N " + " ".join(args.demo_arg),
+        **provenance(command),  # command, device, commit, date
+        "demo_command": "python -m ragen.demo --seed N " + " ".join(args.demo_arg),
         "seeds": args.seeds,
         "wall_seconds": {str(s): wall[s] for s in args.seeds if s in wall},
         "summary": summary,

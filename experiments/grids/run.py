@@ -42,6 +42,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from experiments.common import provenance
 from experiments.grids.config import StudyConfig, describe_config, load_study_config
 
 RESULTS = "results.json"
@@ -360,6 +361,11 @@ class Results:
         self.path = out / RESULTS
         self.data = json.loads(self.path.read_text()) if self.path.exists() else {}
         self.data["config"] = asdict(cfg)
+        # where the figures came from (python -m experiments.report reads it); the latest
+        # sweep into this folder is the one recorded
+        self.data["provenance"] = provenance(
+            "python -m experiments.grids.run " + " ".join(sys.argv[1:])
+        )
 
     def share_warm_start(self, cfg: StudyConfig) -> None:
         """Seed 0's warm start as every seed's (``sft.shared``: RL seeds share it)."""
@@ -375,6 +381,7 @@ class Results:
         if self.path.exists():
             on_disk = json.loads(self.path.read_text())
             on_disk["config"] = self.data["config"]
+            on_disk["provenance"] = self.data["provenance"]
             self.data = on_disk
         row = self.data.setdefault(record["env"], {}).setdefault(str(record["seed"]), {})
         row.update({k: v for k, v in record.items() if k not in ("env", "seed", "variant")})
@@ -395,7 +402,7 @@ def report(data: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for env, rows in data.items():
-        if env == "config":
+        if env in ("config", "provenance"):
             continue
         seeds = sorted(rows, key=int)
         variants = sorted({k for s in seeds for k in rows[s] if k != "warm"})
@@ -429,7 +436,7 @@ def curve_lines(data: dict[str, Any]) -> list[str]:
     mean ± std over seeds, for the variants that saved more than their last step."""
     lines: list[str] = []
     for env, rows in data.items():
-        if env == "config":
+        if env in ("config", "provenance"):
             continue
         variants = sorted({k for s in rows for k in rows[s] if k != "warm"})
         for variant in variants:

@@ -86,7 +86,7 @@ def provenance_line(relpaths: list[str], root: Path = ROOT) -> str:
 
 # -- grid studies (experiments/grids/run.py's results.json) ---------------------------
 def grid_envs(data: dict[str, Any]) -> list[str]:
-    return [k for k in data if k != "config" and isinstance(data[k], dict)]
+    return [k for k in data if k not in ("config", "provenance") and isinstance(data[k], dict)]
 
 
 def grid_variants(data: dict[str, Any], env: str) -> list[str]:
