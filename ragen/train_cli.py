@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ragen.envs.checker import check_plugin
 from ragen.trainer.signals import TrainingInterrupted
 
 
@@ -21,7 +22,10 @@ def add_parser(subparsers) -> None:
         description=(
             "Train an agent. Arguments are presets (env=NAME algo=PRESET model=PRESET|PATH), "
             "config=FILE.yaml, and dotted overrides such as trainer.total_steps=200 "
-            "rollout.group_size=16. Example: ragen train env=sokoban algo=starpo-s model=tiny"
+            "rollout.group_size=16. Example: ragen train env=sokoban algo=starpo-s model=tiny\n"
+            "env= also takes your own Env class: env=my_pkg.module:MyEnv, "
+            "env=path/to/file.py:MyEnv or an installed `ragen.envs` entry point (checked "
+            "with ragen.envs.checker.check_env before the run starts)."
         ),
     )
     p.add_argument("overrides", nargs="*", help="KEY=VALUE presets and overrides")
@@ -61,6 +65,11 @@ def run(args: argparse.Namespace) -> int:
     if args.print_config:
         print(commented_yaml(cfg), end="")
         return 0
+    # a plug-in env (env=pkg.module:Class, a file, an entry point) is checked against the
+    # contract before any model loads; ragen's own envs are checked by the test suite
+    check_plugin(cfg.env.name, cfg.env.config)
+    if cfg.env.val_config:
+        check_plugin(cfg.env.name, {**cfg.env.config, **cfg.env.val_config})
     from ragen.trainer.starpo import train  # deferred: imports torch
 
     try:
