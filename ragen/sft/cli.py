@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
-from ragen.agent.rollout_flags import add_rollout_flags, rollout_from_args
+from ragen.agent.evaluate import preset_settings
+from ragen.agent.rollout_flags import add_rollout_flags, given_rollout_flags, rollout_from_args
 from ragen.cli_utils import add_env_config_flag, check_out_dir, parse_key_values
 from ragen.envs import check_options as check_env_options
 from ragen.errors import UsageError
@@ -87,10 +89,23 @@ def run(args: argparse.Namespace) -> int:
     check_out_dir(args.out)  # before the expert data and the training, not after
     env_config = parse_key_values(args.env_config, "--env-config")
     check_env_options(args.env, env_config, "--env-config")
+    # the env's turn budget, as `ragen train env=NAME` takes it: the expert data are
+    # prompted as the RL run's rollouts will be unless a flag says otherwise
+    preset, _, preset_file = preset_settings("env", args.env)
+    given = given_rollout_flags(args)
+    inherited = {k: v for k, v in preset.items() if k in _SFT_ROLLOUT_FLAGS and k not in given}
+    defaults = getattr(args, "_rollout_defaults", {})
+    differ = {k: v for k, v in inherited.items() if defaults.get(k) != v}
+    if differ:  # said only where the preset changes a default
+        shown = ", ".join(f"{k}={v}" for k, v in differ.items())
+        print(
+            f"using the settings of env preset {args.env} ({preset_file}; flags override): {shown}",
+            file=sys.stderr,
+        )
     cfg = SFTConfig(
         env=args.env,
         env_config=env_config,
-        rollout=rollout_from_args(args, seed=args.seed),
+        rollout=rollout_from_args(args, inherited=inherited, seed=args.seed),
         episodes=args.episodes,
         epsilon=args.epsilon,
         labels=args.labels,
