@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from ragen.envs.checker import check_plugin
 from ragen.trainer.signals import TrainingInterrupted
@@ -48,18 +49,23 @@ def add_parser(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+#: the presets of ``algo=``, ``model=`` and ``env=`` (``ragen.trainer.config`` reads them)
+PRESET_DIR = Path(__file__).resolve().parent / "configs"
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.list_presets:  # the preset files alone: no torch to wait for
+        for kind in ("algo", "model", "env"):
+            names = sorted(p.stem for p in (PRESET_DIR / kind).glob("*.yaml"))
+            print(f"{kind}: {', '.join(names)}")
+        return 0
     # deferred: the config imports torch (its choices come from ragen.algo), and `ragen
     # --help` must not wait for it
-    from ragen.trainer.config import load_config, preset_names
+    from ragen.trainer.config import load_config
     from ragen.trainer.config_help import commented_yaml, help_text, markdown
 
     if args.help_config:
         print(markdown() if args.help_config == "markdown" else help_text(), end="")
-        return 0
-    if args.list_presets:
-        for kind in ("algo", "model", "env"):
-            print(f"{kind}: {', '.join(preset_names(kind))}")
         return 0
     cfg = load_config(args.overrides)
     if args.print_config:
