@@ -184,6 +184,7 @@ def test_a_plug_in_is_checked_once_and_a_broken_one_stops_the_command(plugin_dir
         ["play", broken, "--solver"],
         ["eval", "--model", "oracle", "--env", broken, "--n", "2"],
         ["serve-env", broken, "--port", "0"],
+        ["sft", "--env", broken, "--out", str(folder / "sft"), "--episodes", "2"],
         ["train", f"env={broken}", "model=tiny", "trainer.total_steps=1"],
     ):
         assert main(argv) == 2, argv

@@ -149,10 +149,10 @@ def test_tour_train_config_is_valid():
     assert config.trainer.total_steps <= 5  # minutes, not hours, on a CPU
 
 
-def test_sft_names_the_fix_when_prompts_cannot_agree(capsys):
+def test_sft_names_the_fix_when_prompts_cannot_agree(tmp_path, capsys):
     """With full-history prompts, noisy expert data cannot be labelled: the one-line
     error says which flags fix it, here and in the RL run."""
-    argv = ["sft", "--env", "sokoban", "--out", "/tmp/ragen-never-written", "--epsilon", "0.25"]
+    argv = ["sft", "--env", "sokoban", "--out", str(tmp_path / "sft"), "--epsilon", "0.25"]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
