@@ -100,6 +100,20 @@ def _text_of(chrome, css: str) -> str:
     return WebDriverWait(chrome, 10).until(lambda d: d.execute_script(script, css))
 
 
+def _wait_text(chrome, css: str, start: str) -> str:
+    """Wait (10 s) until the first element matching ``css`` reads ``start...``: a page
+    redrawn after a click or a hash change is read once it has been redrawn."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    script = "const e = document.querySelector(arguments[0]); return e ? e.textContent : null;"
+
+    def ready(d):
+        text = d.execute_script(script, css)
+        return text if text is not None and text.startswith(start) else False
+
+    return WebDriverWait(chrome, 10).until(ready)
+
+
 def _wait(chrome, css: str):
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -249,17 +263,16 @@ def test_search_filters_in_the_url_and_reasoning_views(chrome, synthetic):
     chrome.find_element(By.CSS_SELECTOR, "#f-outcome option[value=failure]").click()
     box = chrome.find_element(By.ID, "f-q")
     box.send_keys("careful\n")
-    _wait(chrome, "#count")
-    count = _text(chrome.find_element(By.ID, "count"))
+    step2 = read_episodes(run / "trajectories" / "step_000002.jsonl")
+    want = [e for e in step2 if not e["success"] and any(_hits(t, "careful") for t in e["turns"])]
+    # read once drawn: while the turns load, the line says "searching 32 episodes..."
+    count = _wait_text(chrome, "#count", f"{len(want)} of 32 episodes")
     cards = [c.get_attribute("data-ep") for c in chrome.find_elements(By.CSS_SELECTOR, "a.card")]
     url = chrome.current_url
     assert "outcome=failure" in url and "q=careful" in url
-    step2 = read_episodes(run / "trajectories" / "step_000002.jsonl")
-    want = [e for e in step2 if not e["success"] and any(_hits(t, "careful") for t in e["turns"])]
-    assert count.startswith(f"{len(want)} of 32 episodes") and len(cards) == len(want)
+    assert len(cards) == len(want)
     _open(chrome, url)
-    _wait(chrome, "#count")
-    assert _text(chrome.find_element(By.ID, "count")) == count
+    assert _wait_text(chrome, "#count", count) == count
     assert [
         c.get_attribute("data-ep") for c in chrome.find_elements(By.CSS_SELECTOR, "a.card")
     ] == cards
@@ -463,9 +476,9 @@ def test_search_finds_words_only_raw_replies_hold(chrome, synthetic):
     # the toggle: raw replies left out, nothing found; in the URL, so a reload keeps it
     chrome.find_element(By.ID, "raw").click()
     chrome.find_element(By.ID, "go").click()
-    _wait(chrome, "body[data-done='1']")
+    # the new search starts on the hash change: wait for its own result, not the last one
+    _wait_text(chrome, "#status", "0 hits")
     assert "noraw=1" in chrome.current_url
-    assert _text_of(chrome, "#status").startswith("0 hits")
     _open(chrome, chrome.current_url, "body[data-done='1']")
     assert not chrome.find_element(By.ID, "raw").is_selected()
     assert not chrome.find_elements(By.CSS_SELECTOR, "a.hit-link")
@@ -483,10 +496,9 @@ def test_search_finds_words_only_raw_replies_hold(chrome, synthetic):
     episodes = [e for e in step2 if any(_hits(t, "Lighthouse") for t in e["turns"])]
     assert episodes
     _open(chrome, (site / "step_000002.html").as_uri() + "#q=Lighthouse")
-    assert _text_of(chrome, "#count").startswith(f"{len(episodes)} of 32 episodes")
+    _wait_text(chrome, "#count", f"{len(episodes)} of 32 episodes")
     chrome.find_element(By.ID, "f-raw").click()
-    _wait(chrome, "#f-raw:not(:checked)")
-    assert _text_of(chrome, "#count").startswith("0 of 32 episodes")
+    _wait_text(chrome, "#count", "0 of 32 episodes")
     assert "noraw=1" in chrome.current_url
     assert not _errors(chrome)
 
