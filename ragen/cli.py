@@ -60,7 +60,9 @@ def subparsers_of(parser: argparse.ArgumentParser) -> list[argparse.ArgumentPars
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.argv = argv  # the command as given: `ragen eval` writes it beside its results
     if not getattr(args, "func", None):
         parser.print_help()
         return 0

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
+from ragen.envs.checker import check_plugin
 from ragen.trainer.signals import TrainingInterrupted
 
 
@@ -21,7 +23,10 @@ def add_parser(subparsers) -> None:
         description=(
             "Train an agent. Arguments are presets (env=NAME algo=PRESET model=PRESET|PATH), "
             "config=FILE.yaml, and dotted overrides such as trainer.total_steps=200 "
-            "rollout.group_size=16. Example: ragen train env=sokoban algo=starpo-s model=tiny"
+            "rollout.group_size=16. Example: ragen train env=sokoban algo=starpo-s model=tiny\n"
+            "env= also takes your own Env class: env=my_pkg.module:MyEnv, "
+            "env=path/to/file.py:MyEnv or an installed `ragen.envs` entry point (checked "
+            "with ragen.envs.checker.check_env before the run starts)."
         ),
     )
     p.add_argument("overrides", nargs="*", help="KEY=VALUE presets and overrides")
@@ -44,23 +49,33 @@ def add_parser(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+#: the presets of ``algo=``, ``model=`` and ``env=`` (``ragen.trainer.config`` reads them)
+PRESET_DIR = Path(__file__).resolve().parent / "configs"
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.list_presets:  # the preset files alone: no torch to wait for
+        for kind in ("algo", "model", "env"):
+            names = sorted(p.stem for p in (PRESET_DIR / kind).glob("*.yaml"))
+            print(f"{kind}: {', '.join(names)}")
+        return 0
     # deferred: the config imports torch (its choices come from ragen.algo), and `ragen
     # --help` must not wait for it
-    from ragen.trainer.config import load_config, preset_names
+    from ragen.trainer.config import load_config
     from ragen.trainer.config_help import commented_yaml, help_text, markdown
 
     if args.help_config:
         print(markdown() if args.help_config == "markdown" else help_text(), end="")
         return 0
-    if args.list_presets:
-        for kind in ("algo", "model", "env"):
-            print(f"{kind}: {', '.join(preset_names(kind))}")
-        return 0
     cfg = load_config(args.overrides)
     if args.print_config:
         print(commented_yaml(cfg), end="")
         return 0
+    # a plug-in env (env=pkg.module:Class, a file, an entry point) is checked against the
+    # contract before any model loads; ragen's own envs are checked by the test suite
+    check_plugin(cfg.env.name, cfg.env.config)
+    if cfg.env.val_config:
+        check_plugin(cfg.env.name, {**cfg.env.config, **cfg.env.val_config})
     from ragen.trainer.starpo import train  # deferred: imports torch
 
     try:

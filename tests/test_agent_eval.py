@@ -7,8 +7,10 @@ import json
 import pytest
 from fakes import LineEnv
 
+from ragen.agent.cli import _run_settings
 from ragen.agent.evaluate import evaluate, format_table, run_evaluation
-from ragen.cli import main
+from ragen.agent.rollout_flags import rollout_from_args
+from ragen.cli import build_parser, main
 from ragen.cli_utils import parse_key_values
 
 # CLI tests use a registered env; the deterministic lake lets the oracle always win.
@@ -147,3 +149,56 @@ def test_eval_accepts_the_same_model_names_as_train(tmp_path, monkeypatch, capsy
     assert main(argv) == 0
     assert "success rate" in capsys.readouterr().out
     assert (tmp_path / "models" / "tiny-nano-seed0" / "config.json").is_file()
+
+
+# ---------------------------------------------------- the budget eval plays by default
+def test_eval_takes_the_envs_turn_budget_and_says_so(tmp_path, capsys):
+    """`ragen eval --env sokoban` plays Sokoban's own budget (its preset: 5 turns of up to
+    5 actions, 10 per episode), the oracle as many actions a turn as it allows, as
+    `ragen train env=sokoban` would; the table's header says the budget; results.md
+    holds the table, the budget and the command."""
+    out = tmp_path / "eval"
+    assert (
+        main(["eval", "--model", "oracle", "--env", "sokoban", "--n", "8", "--out", str(out)]) == 0
+    )
+    printed = capsys.readouterr().out
+    assert "budget: 5 turns x up to 5 actions, at most 10 per episode; oracle plays 5" in printed
+    saved = json.loads((out / "metrics.json").read_text())["settings"]
+    assert saved["rollout"]["max_actions_per_turn"] == 5 and saved["actions_per_turn"] == 5
+    results = (out / "results.md").read_text()
+    assert "ragen eval --model oracle --env sokoban --n 8 --out" in results
+    assert "budget: 5 turns x up to 5 actions" in results and "| success rate |" in results
+    # the bandit is one pull: its preset says so (and the stderr line names the preset)
+    assert main(["eval", "--model", "random", "--env", "bandit", "--n", "4"]) == 0
+    got = capsys.readouterr()
+    assert "budget: 1 turn x up to 1 action, at most 1 per episode" in got.out
+    assert "env preset bandit (ragen/configs/env/bandit.yaml" in got.err
+    # a flag wins over the preset
+    assert (
+        main(["eval", "--model", "oracle", "--env", "sokoban", "--n", "2", "--max-turns", "2"]) == 0
+    )
+    assert "budget: 2 turns x up to 5 actions" in capsys.readouterr().out
+
+
+def test_a_model_preset_brings_its_token_budget():
+    """`ragen eval --model smollm2 --env bandit`: one pull (the env's preset) of at most
+    128 tokens (the model preset's), not 5 turns of 400 (read without loading it)."""
+    args = build_parser().parse_args(["eval", "--model", "smollm2", "--env", "bandit"])
+    model, inherited, env_config, notes = _run_settings(args)
+    assert any("model preset smollm2" in note and "max_new_tokens=128" in note for note in notes)
+    assert model == "smollm2" and env_config == {}
+    assert inherited["max_turns"] == 1 and inherited["max_new_tokens"] == 128
+    args = build_parser().parse_args(
+        ["eval", "--model", "smollm2", "--env", "bandit", "--max-new-tokens", "64"]
+    )
+    inherited = _run_settings(args)[1]
+    assert "max_new_tokens" not in inherited  # the flag wins
+    assert rollout_from_args(args, inherited=inherited).max_new_tokens == 64
+
+
+def test_oracle_actions_per_turn_beyond_the_budget_is_one_line(capsys):
+    argv = ["eval", "--model", "oracle", "--env", "sokoban", "--n", "2", "--actions-per-turn", "6"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--actions-per-turn 6 must be between 1 and the turn's budget" in err
+    assert len(err.splitlines()) == 1

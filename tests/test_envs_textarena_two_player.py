@@ -10,6 +10,7 @@ import sys
 import pytest
 from fakes import short_train_args
 
+from ragen.cli import main
 from ragen.envs import make
 from ragen.errors import MissingDependencyError
 
@@ -141,3 +142,31 @@ def test_train_two_steps(tiny_model_dir, tmp_path):
     assert main([*args, "env=ta_tictactoe", "rollout.max_actions_per_turn=1"]) == 0
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2] and "val/success_rate" in rows[-1]
+
+
+def test_eval_reports_wins_draws_and_losses(tmp_path, capsys):
+    """A two-player game's evaluation splits the games into wins, draws and losses (and
+    unfinished ones) on the console, in metrics.json and in results.md."""
+    pytest.importorskip("textarena", reason=NEEDS)
+    out = tmp_path / "eval"
+    argv = ["eval", "--model", "random", "--env", "ta_tictactoe", "--n", "24", "--out", str(out)]
+    assert main([*argv, "--env-config", "opponent=random"]) == 0
+    printed = capsys.readouterr().out
+    metrics = json.loads((out / "metrics.json").read_text())["metrics"]
+    records = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
+    outcomes = [r["turns"][-1]["info"].get("outcome") for r in records]
+    for kind in ("win", "draw", "loss"):
+        assert metrics[f"{kind}_rate"] == outcomes.count(kind) / 24
+    assert metrics["win_rate"] == metrics["success_rate"]
+    unfinished = sum(o is None for o in outcomes) / 24
+    assert metrics["unfinished_rate"] == unfinished
+    assert sum(metrics[f"{k}_rate"] for k in ("win", "draw", "loss", "unfinished")) == 1
+    assert len(set(outcomes) - {None}) >= 2  # a random player against a random one
+    split = " / ".join(f"{metrics[f'{k}_rate']:.1%}" for k in ("win", "draw", "loss"))
+    assert "wins / draws / losses" in printed and split in printed
+    assert f"| wins / draws / losses | {split} |" in (out / "results.md").read_text()
+
+
+def test_one_player_games_have_no_win_draw_loss_rows(capsys):
+    assert main(["eval", "--model", "oracle", "--env", "sokoban", "--n", "2"]) == 0
+    assert "wins / draws / losses" not in capsys.readouterr().out

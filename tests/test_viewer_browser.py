@@ -10,7 +10,10 @@ from disk and checks what a researcher reads off them against the files they cam
   beside what happened, a miss marked;
 * a trained model (a tiny model warm-started in seconds, then RL with a forced
   rollback): its real thoughts, chart points equal to metrics.jsonl, the rollback;
-* a visual env: the picture on the page is the one the model received.
+* a visual env: the picture on the page is the one the model received;
+* what a researcher looks for: a word only malformed raw replies hold (early in training)
+  is found by the search, with a toggle that leaves raw replies out; a state's initial
+  observation is drawn at its true aspect ratio; a 2-step run's charts tick 1 and 2.
 
 Skipped, with the reason, where no Chromium + chromedriver (Debian: ``apt-get install
 chromium chromium-driver``) or no ``selenium`` is installed; ``.ci/run`` installs them.
@@ -97,10 +100,42 @@ def _text_of(chrome, css: str) -> str:
     return WebDriverWait(chrome, 10).until(lambda d: d.execute_script(script, css))
 
 
+def _wait_text(chrome, css: str, start: str) -> str:
+    """Wait (10 s) until the first element matching ``css`` reads ``start...``: a page
+    redrawn after a click or a hash change is read once it has been redrawn."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    script = "const e = document.querySelector(arguments[0]); return e ? e.textContent : null;"
+
+    def ready(d):
+        text = d.execute_script(script, css)
+        return text if text is not None and text.startswith(start) else False
+
+    return WebDriverWait(chrome, 10).until(ready)
+
+
 def _wait(chrome, css: str):
     from selenium.webdriver.support.ui import WebDriverWait
 
     return WebDriverWait(chrome, 10).until(lambda d: d.find_element(_by().CSS_SELECTOR, css))
+
+
+def _hits(turn: dict, q: str, field: str = "all", raw: bool = True) -> int:
+    """The hits the viewer's search counts in one turn of a trajectories file (the rule of
+    ``R.searchHits`` in assets/common.js): one per field holding ``q`` (case-insensitive),
+    the raw reply counted only where the parsed thought and answer do not hold it."""
+    q = q.lower()
+    thought = field in ("all", "th") and q in turn["thought"].lower()
+    answer = field in ("all", "a") and q in " || ".join(turn["actions"]).lower()
+    observation = field in ("all", "o") and q in turn["observation"].lower()
+    raw_too = field == "r" or (raw and field != "o" and not (thought or answer))
+    return thought + answer + observation + (raw_too and q in turn["response"].lower())
+
+
+def _run_files(run) -> list:
+    """Every trajectories file of a run that the search walks, its branches included."""
+    files = sorted((run / "trajectories").glob("*.jsonl"))
+    return files + sorted((run / "superseded").glob("*/trajectories/*.jsonl"))
 
 
 def _errors(chrome):
@@ -228,19 +263,16 @@ def test_search_filters_in_the_url_and_reasoning_views(chrome, synthetic):
     chrome.find_element(By.CSS_SELECTOR, "#f-outcome option[value=failure]").click()
     box = chrome.find_element(By.ID, "f-q")
     box.send_keys("careful\n")
-    _wait(chrome, "#count")
-    count = _text(chrome.find_element(By.ID, "count"))
+    step2 = read_episodes(run / "trajectories" / "step_000002.jsonl")
+    want = [e for e in step2 if not e["success"] and any(_hits(t, "careful") for t in e["turns"])]
+    # read once drawn: while the turns load, the line says "searching 32 episodes..."
+    count = _wait_text(chrome, "#count", f"{len(want)} of 32 episodes")
     cards = [c.get_attribute("data-ep") for c in chrome.find_elements(By.CSS_SELECTOR, "a.card")]
     url = chrome.current_url
     assert "outcome=failure" in url and "q=careful" in url
-    step2 = read_episodes(run / "trajectories" / "step_000002.jsonl")
-    want = [
-        e for e in step2 if not e["success"] and any("careful" in t["thought"] for t in e["turns"])
-    ]
-    assert count.startswith(f"{len(want)} of 32 episodes") and len(cards) == len(want)
+    assert len(cards) == len(want)
     _open(chrome, url)
-    _wait(chrome, "#count")
-    assert _text(chrome.find_element(By.ID, "count")) == count
+    assert _wait_text(chrome, "#count", count) == count
     assert [
         c.get_attribute("data-ep") for c in chrome.find_elements(By.CSS_SELECTOR, "a.card")
     ] == cards
@@ -393,14 +425,8 @@ def test_trained_model_with_a_rollback(chrome, warm_model, tmp_path):
     thought = records[i]["turns"][0]["thought"]
     _open(chrome, index.parent.joinpath("search.html").as_uri() + "#q=" + quote(thought))
     _wait(chrome, "body[data-done='1']")
-    files = sorted((run / "trajectories").glob("*.jsonl"))
-    files += sorted((run / "superseded").glob("*/trajectories/*.jsonl"))
     found = sum(
-        thought.lower() in t["thought"].lower()
-        or thought.lower() in " || ".join(t["actions"]).lower()
-        for f in files
-        for r in read_episodes(f)
-        for t in r["turns"]
+        _hits(t, thought) for f in _run_files(run) for r in read_episodes(f) for t in r["turns"]
     )
     assert len(chrome.find_elements(By.CSS_SELECTOR, "a.hit-link")) == min(found, 500) > 0
     assert not _errors(chrome)
@@ -424,4 +450,106 @@ def test_the_picture_the_model_saw(chrome, tiny_vlm_dir, tmp_path):
         i.get_attribute("src") for i in chrome.find_elements(By.CSS_SELECTOR, "img.seen-image")
     ]
     assert shown == [t["info"]["images"][0] for t in record["turns"]]
+    assert not _errors(chrome)
+
+
+# ------------------------------------------------ what a researcher looks for (issue 52)
+def test_search_finds_words_only_raw_replies_hold(chrome, synthetic):
+    """Early in training most replies are malformed: they have no thought or answer, and
+    what the model wrote is in the raw reply alone. The synthetic run's malformed replies
+    say "Lighthouse", which no thought, answer or observation holds: the search finds
+    each, links to a turn that shows it (the raw reply open, the word marked), and the
+    toggle leaves raw replies out."""
+    By = _by()
+    run, index = synthetic
+    site = index.parent
+    turns = [t for f in _run_files(run) for r in read_episodes(f) for t in r["turns"]]
+    assert not any(_hits(t, "lighthouse", raw=False) for t in turns)  # parsed fields: none
+    want = sum(_hits(t, "Lighthouse") for t in turns)
+    assert want > 4
+    _open(chrome, (site / "search.html").as_uri() + "#q=Lighthouse")
+    _wait(chrome, "body[data-done='1']")
+    hits = chrome.find_elements(By.CSS_SELECTOR, "a.hit-link")
+    assert len(hits) == min(want, 500)
+    assert all(_text(h).endswith("raw reply") for h in hits)
+    assert chrome.find_element(By.ID, "raw").is_selected()  # on by default
+    # the toggle: raw replies left out, nothing found; in the URL, so a reload keeps it
+    chrome.find_element(By.ID, "raw").click()
+    chrome.find_element(By.ID, "go").click()
+    # the new search starts on the hash change: wait for its own result, not the last one
+    _wait_text(chrome, "#status", "0 hits")
+    assert "noraw=1" in chrome.current_url
+    _open(chrome, chrome.current_url, "body[data-done='1']")
+    assert not chrome.find_element(By.ID, "raw").is_selected()
+    assert not chrome.find_elements(By.CSS_SELECTOR, "a.hit-link")
+    # a hit opens its turn with the raw reply shown and the word marked in it
+    _open(chrome, (site / "search.html").as_uri() + "#q=Lighthouse")
+    _wait(chrome, "body[data-done='1']")
+    href = chrome.find_element(By.CSS_SELECTOR, "a.hit-link").get_attribute("href")
+    turn = int(href.rsplit("turn=", 1)[1])
+    _open(chrome, href, "#traj-title")
+    raw = _wait(chrome, f"#turn-{turn} details.raw")
+    assert raw.get_attribute("open") is not None
+    assert _text_of(chrome, f"#turn-{turn} pre.response mark") == "Lighthouse"
+    # the step page's own filter searches raw replies too, with the same toggle
+    step2 = read_episodes(run / "trajectories" / "step_000002.jsonl")
+    episodes = [e for e in step2 if any(_hits(t, "Lighthouse") for t in e["turns"])]
+    assert episodes
+    _open(chrome, (site / "step_000002.html").as_uri() + "#q=Lighthouse")
+    _wait_text(chrome, "#count", f"{len(episodes)} of 32 episodes")
+    chrome.find_element(By.ID, "f-raw").click()
+    _wait_text(chrome, "#count", "0 of 32 episodes")
+    assert "noraw=1" in chrome.current_url
+    assert not _errors(chrome)
+
+
+_PICTURE = """
+const pic = document.querySelector(arguments[0]);
+if (!pic) return null;
+const box = pic.getBoundingClientRect();
+const imgs = [...pic.querySelectorAll('img')].map(i => {
+  const r = i.getBoundingClientRect();
+  return [r.left - box.left, r.top - box.top, r.width, r.height, i.naturalWidth];
+});
+return {width: box.width, height: box.height, scroll: pic.scrollWidth, client: pic.clientWidth,
+        cols: getComputedStyle(pic).gridTemplateColumns.split(' ').length, imgs: imgs};
+"""
+
+
+def test_the_state_picture_keeps_its_aspect_ratio(chrome, synthetic):
+    """A validation state's initial observation (states.html) is drawn from the env's
+    tiles at their own size: square cells in a grid as wide as its columns, no tile
+    stretched, nothing sticking out past the last column."""
+    _, index = synthetic
+    _open(chrome, index.parent.joinpath("states.html").as_uri())
+    chrome.find_element(_by().CSS_SELECTOR, "a.state-link").click()
+    _wait(chrome, "#state-title")
+    got = chrome.execute_script(_PICTURE, ".initial .picture")
+    assert got, "no picture of the initial observation"
+    rows = [line for line in _text_of(chrome, ".initial pre.observation").split("\n") if line]
+    cols = len(rows[0])
+    assert got["cols"] == cols and len(got["imgs"]) == cols * len(rows)
+    size = got["imgs"][0][2]
+    for k, (x, y, w, h, _) in enumerate(got["imgs"]):
+        assert (w, h) == (size, size), f"tile {k} drawn {w} x {h}, not square"
+        assert (x, y) == pytest.approx(((k % cols) * size, (k // cols) * size), abs=0.6)
+    assert got["width"] == pytest.approx(cols * size, abs=1)
+    assert got["width"] / got["height"] == pytest.approx(cols / len(rows), rel=0.01)
+    assert got["scroll"] <= got["client"] + 1  # no band past the last column
+    assert not _errors(chrome)
+
+
+def test_a_two_step_run_ticks_each_step_once(chrome, tmp_path):
+    """Steps are integers: with 2 steps every chart's step axis reads 1 2 (it read
+    1 1 1 2 2 2: ticks every 0.2 step, rounded)."""
+    synthesize(tmp_path / "run", steps=2, episodes=8)
+    index = build_site(tmp_path / "run", tmp_path / "site")
+    _open(chrome, index.as_uri(), "#curves")
+    charts = chrome.find_elements(_by().CSS_SELECTOR, ".panel svg")
+    assert len(charts) >= 4
+    for svg in charts:
+        ticks = [
+            _text(t) for t in svg.find_elements(_by().CSS_SELECTOR, 'text[text-anchor="middle"]')
+        ]
+        assert ticks == ["1", "2"], f"{svg.get_attribute('data-x0')}: {ticks}"
     assert not _errors(chrome)

@@ -11,18 +11,23 @@
 Episodes start from the fixed validation seeds (``EnvStateManager.validation_seeds``,
 disjoint from training seeds): ``n // group_size`` groups of ``group_size`` episodes.
 With ``out_dir`` it writes ``trajectories.jsonl`` (one episode per line: every turn's
-observation, raw response, parsed thought/actions, executed actions, reward) and
-``metrics.json`` (metrics, generation stats and the exact settings).
+observation, raw response, parsed thought/actions, executed actions, reward),
+``metrics.json`` (metrics, generation stats and the exact settings) and ``results.md``
+(the summary table, the budget and the command, for a reader).
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from ragen.engines.hf_vlm import engine_for  # HFEngine, or HFVLMEngine for a VLM
 from ragen.engines.openai_api import OpenAIChatEngine
@@ -53,6 +58,9 @@ RUN_ROLLOUT_KEYS = (
     "template_strategy",
     "prompt_style",
 )
+#: the presets ``ragen train env=NAME model=NAME`` reads (ragen/configs/{env,model}/NAME.yaml);
+#: ``ragen eval`` takes the same budgets from them
+PRESET_DIR = Path(__file__).resolve().parent.parent / "configs"
 # --seed-offset + n groups stay below this. Finding validation seed k resets about 8k
 # candidate states (1 in 8 is held out): at the limit, ~800,000 resets, 80-90 s on
 # Sokoban 6x6 (docs/RELIABILITY.md), reported by Progress.seeds as it goes
@@ -106,6 +114,36 @@ def run_rollout_settings(train_config: str | Path) -> dict[str, Any]:
     if "reasoning" not in rollout and "think" in rollout:  # a run from before rollout.reasoning
         rollout = {**rollout, "reasoning": "free_think" if rollout["think"] else "no_think"}
     return {k: rollout[k] for k in RUN_ROLLOUT_KEYS if k in rollout}
+
+
+def preset_settings(kind: str, name: str) -> tuple[dict[str, Any], dict[str, Any], str | None]:
+    """``(rollout settings, env options, path)`` of the preset ``name`` of ``kind``
+    (``"env"`` or ``"model"``: ``ragen/configs/KIND/NAME.yaml``), as ``ragen train
+    KIND=NAME`` would apply them: the :data:`RUN_ROLLOUT_KEYS` of its ``rollout``
+    section (an env's turn budget, a model's token budget) and, for an env preset, its
+    ``env.config``. ``({}, {}, None)`` when there is no such preset."""
+    folder = PRESET_DIR / kind
+    if name not in {p.stem for p in folder.glob("*.yaml")}:  # only a preset's own name
+        return {}, {}, None
+    path = folder / f"{name}.yaml"
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    rollout = data.get("rollout") or {}
+    env_config = (data.get("env") or {}).get("config") or {} if kind == "env" else {}
+    shown = str(path.relative_to(PRESET_DIR.parent.parent))
+    return {k: rollout[k] for k in RUN_ROLLOUT_KEYS if k in rollout}, dict(env_config), shown
+
+
+def budget_text(config: RolloutConfig, model: str, actions_per_turn: int | None = None) -> str:
+    """One line: the budget an evaluation played (``budget: 5 turns x up to 5 actions,
+    at most 10 per episode; 400 new tokens per turn``)."""
+    text = (
+        f"budget: {config.max_turns} turn{'s' if config.max_turns != 1 else ''} x up to "
+        f"{config.max_actions_per_turn} action{'s' if config.max_actions_per_turn != 1 else ''}"
+        f", at most {config.max_actions_per_trajectory} per episode"
+    )
+    if model in REFERENCE_POLICIES:
+        return text + f"; {model} plays {actions_per_turn} per turn"
+    return text + f"; {config.max_new_tokens} new tokens per turn"
 
 
 def check_seed_offset(seed_offset: int, n_groups: int) -> None:
@@ -258,6 +296,7 @@ def run_evaluation(
     epsilon: float = 0.0,
     actions_per_turn: int = 1,
     progress: Callable[[int, int], Any] | None = None,
+    command: list[str] | None = None,
 ) -> EvalResult:
     """:func:`evaluate` returning the trajectories and settings too.
 
@@ -267,7 +306,8 @@ def run_evaluation(
     once. ``epsilon``/``actions_per_turn`` configure the reference policies.
     ``progress(done_episodes, n)`` is called after each batch (e.g. :class:`Progress`),
     and ``progress.seeds(found, wanted)``, when it has one, while the validation seeds
-    are searched (long for a large ``seed_offset``).
+    are searched (long for a large ``seed_offset``). ``command``, the command line that
+    ran it, is kept in the settings (and ``results.md``).
     """
     if n < 1 or group_size < 1:
         raise UsageError(f"n and group_size must be >= 1, got n={n}, group_size={group_size}")
@@ -321,6 +361,8 @@ def run_evaluation(
         "group_size": group_size,
         "api_base": api_base,
         "rollout": asdict(cfg),
+        "actions_per_turn": actions_per_turn,
+        "command": shlex.join(command) if command else None,
     }
     if out_dir is not None:
         write_results(out_dir, played, metrics, settings)
@@ -346,7 +388,35 @@ def write_results(
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
     payload = {"metrics": metrics, "settings": settings}
     (out / "metrics.json").write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    (out / "results.md").write_text(results_markdown(metrics, settings), encoding="utf-8")
     return out
+
+
+def results_markdown(metrics: dict[str, float], settings: dict[str, Any]) -> str:
+    """``results.md``: what was evaluated, on what budget, by which command, and the
+    summary table (the console's rows, and a game's wins / draws / losses)."""
+    model, env = settings.get("model", "?"), settings.get("env", "?")
+    lines = [f"# ragen eval: {model} on {env}", ""]
+    if settings.get("command"):
+        lines += [f"`{settings['command']}`", ""]
+    rollout = settings.get("rollout") or {}
+    if rollout:
+        try:
+            cfg = RolloutConfig(**rollout)
+        except TypeError:  # settings from another version: show what there is
+            cfg = None
+        if cfg is not None:
+            lines += [budget_text(cfg, str(model), settings.get("actions_per_turn")) + ".", ""]
+    n, k = settings.get("n"), settings.get("group_size")
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    if n:
+        lines += [
+            f"{n} episodes on held-out validation states ({n // (k or 1)} x {k}); {when}.",
+            "",
+        ]
+    lines += ["| metric | value |", "|---|---|"]
+    lines += [f"| {label} | {value} |" for label, value in table_rows(metrics)]
+    return "\n".join(lines) + "\n"
 
 
 _TABLE_ROWS = [
@@ -366,14 +436,28 @@ _TABLE_ROWS = [
 ]
 
 
-def format_table(metrics: dict[str, float], title: str = "") -> str:
-    """A two-column text table of the main metrics (missing ones shown as ``-``)."""
+def table_rows(metrics: dict[str, float]) -> list[tuple[str, str]]:
+    """``(label, value)`` of the summary: the main metrics (missing ones ``-``), and a
+    game's wins / draws / losses right under the success rate when the env reports them."""
     k = int(metrics.get("group_size", 1))
     rows = [
         (label.format(k=k), fmt.format(metrics[key]) if key in metrics else "-")
         for key, label, fmt in _TABLE_ROWS
     ]
+    if "win_rate" in metrics:
+        split = " / ".join(f"{metrics[f'{o}_rate']:.1%}" for o in ("win", "draw", "loss"))
+        games = [("wins / draws / losses", split)]
+        if metrics.get("unfinished_rate", 0.0) > 0:
+            games.append(("unfinished games", f"{metrics['unfinished_rate']:.1%}"))
+        rows[1:1] = games
+    return rows
+
+
+def format_table(metrics: dict[str, float], title: str = "") -> str:
+    """A two-column text table of the main metrics (missing ones shown as ``-``)."""
+    rows = table_rows(metrics)
     width = max(len(label) for label, _ in rows)
     lines = [title] if title else []
-    lines += [f"{label:<{width}}  {value:>10}" for label, value in rows]
+    value_width = max(10, *(len(value) for _, value in rows))
+    lines += [f"{label:<{width}}  {value:>{value_width}}" for label, value in rows]
     return "\n".join(lines)

@@ -35,6 +35,11 @@ reward/progress          mean over turns of the progress shaping ``w * (Phi(s') 
 thought_words            words per turn in the thought (turns of a format with one)
 thought_distinct         distinct thoughts / thoughts over those turns (exact text match):
                          the echo trap repeats one thought whatever the input
+win_rate / draw_rate /   fraction of episodes whose game ended in a win / draw / loss
+loss_rate                (the last turn's ``info["outcome"]``, two-player TextArena); only
+unfinished_rate          for envs that report outcomes; unfinished: no result yet (the
+                         turn budget ran out first). win_rate counts what success_rate
+                         counts; the split tells a draw from a loss
 =======================  ==========================================================
 """
 
@@ -133,10 +138,26 @@ def rollout_metrics(
         "env_error_rate": _mean([float(h.env_error is not None) for h in heads]),
     }
     out.update(_reasoning_metrics(heads))
+    out.update(_outcome_metrics(heads))
     if token_turns:
         total_tokens = sum(n for n, _ in token_turns)
         total_turns = sum(t for _, t in token_turns)
         out["response_length"] = total_tokens / total_turns if total_turns else 0.0
+    return out
+
+
+#: the game results an env may report in ``info["outcome"]`` (two-player TextArena)
+OUTCOMES = ("win", "draw", "loss")
+
+
+def _outcome_metrics(heads: Sequence[Trajectory]) -> dict[str, float]:
+    """``win_rate``, ``draw_rate``, ``loss_rate`` and ``unfinished_rate`` over the
+    episodes, when any of them reported a game result; else nothing."""
+    results = [h.turns[-1].info.get("outcome") if h.turns else None for h in heads]
+    if not any(r in OUTCOMES for r in results):
+        return {}
+    out = {f"{k}_rate": _mean([float(r == k) for r in results]) for k in OUTCOMES}
+    out["unfinished_rate"] = _mean([float(r not in OUTCOMES) for r in results])
     return out
 
 

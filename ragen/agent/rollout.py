@@ -605,6 +605,8 @@ def _record_turn(
     ep.shown_rewards.append(env_reward + shaping)
     ep.turn_token_counts.append(reply.n_tokens)
     terminated, truncated = (steps[-1][2], steps[-1][3]) if steps else (False, False)
+    # a game's result (two-player TextArena: win / draw / loss), kept for the metrics
+    outcome = steps[-1][4].get("outcome") if steps else None
     ep.end_reason = _end_reason(
         bool(terminated),
         bool(truncated),
@@ -632,6 +634,7 @@ def _record_turn(
                 "reasoning_scores": scores.as_dict(),
                 "reasoning_reward": reasoning_reward,
                 **({"progress_reward": progress} if config.progress_reward > 0 else {}),
+                **({"outcome": str(outcome)} if outcome else {}),
                 # False where a relabeling policy had no expert label for the state
                 **(
                     {"expert_label": out.info["expert_label"]} if "expert_label" in out.info else {}

@@ -6,26 +6,36 @@
     >>> obs, reward, terminated, truncated, info = env.step("up")
 
 Every env here is registered by name with preset defaults (``make(name, **overrides)``);
-see ``docs/ENVIRONMENTS.md`` for the knobs and for adding your own.
+a user's env plugs in by import path (``make("my_pkg.coin:CoinEnv")``), by file
+(``"envs/coin.py:CoinEnv"``) or as an installed entry point of the group ``ragen.envs``
+(:mod:`ragen.envs.registry`). See ``docs/ENVIRONMENTS.md`` for the knobs and for adding
+your own.
 """
 
 from .base import Env, derive_seed, make_info, normalize_action
 from .registry import (
+    ENTRY_POINT_GROUP,
     EnvSpec,
+    check_name,
     check_options,
     config_keys,
+    is_plugin,
     make,
     make_from_config,
     names,
     register,
+    slug,
     spec,
 )
 
 __all__ = [
+    "ENTRY_POINT_GROUP",
     "Env",
     "EnvSpec",
+    "check_name",
     "check_options",
     "config_keys",
+    "is_plugin",
     "derive_seed",
     "make",
     "make_from_config",
@@ -33,6 +43,7 @@ __all__ = [
     "names",
     "normalize_action",
     "register",
+    "slug",
     "spec",
 ]
 

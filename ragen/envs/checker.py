@@ -34,15 +34,20 @@ Checks, for each seed:
 
 from __future__ import annotations
 
+import json
 import math
 import random
+import sys
+import time
 from collections.abc import Iterable
+from typing import Any, TextIO
 
 import numpy as np
 
 from ragen.errors import EnvContractError
 
 from .base import Env, StepResultError, check_step_result
+from .registry import is_plugin, make
 from .visual import IMAGE_PLACEHOLDER, has_image_observations
 
 REQUIRED_INFO_KEYS = ("action_is_valid", "action_is_effective", "success")
@@ -116,6 +121,44 @@ def check_env(
         _check_reproducible(env, seed, max_steps)
         _check_rgb(env, seed)
         _check_images(env, seed, rng)
+
+
+#: (name, options) of the plug-in envs that passed :func:`check_plugin` in this process
+_CHECKED: set[tuple[str, str]] = set()
+
+
+def check_plugin(
+    name: str, config: dict[str, Any] | None = None, stream: TextIO | None = None
+) -> bool:
+    """Run :func:`check_env` on a plug-in env (``package.module:Class``, a file, an entry
+    point: :func:`ragen.envs.registry.is_plugin`) built with ``config``, before a command
+    uses it; a broken one stops the command with :class:`EnvCheckError` naming the rule
+    (one line), not the run hours later. ragen's own envs are skipped (the test suite
+    checks them). Once per process for each (name, config); says so on ``stream``
+    (stderr). Returns whether a check ran."""
+    if not is_plugin(name):
+        return False
+    key = (name, json.dumps(config or {}, sort_keys=True, default=str))
+    if key in _CHECKED:
+        return False
+    tic = time.perf_counter()
+    env = make(name, **(config or {}))
+    try:
+        check_env(env, seeds=(0, 1), fuzz=20)
+    except EnvCheckError as err:
+        raise EnvCheckError(
+            f"{err}. Fix: make the env keep the contract (docs/ENVIRONMENTS.md, 'The "
+            "contract'); replay the check with ragen.envs.checker.check_env(make(NAME))"
+        ) from None
+    finally:
+        env.close()
+    _CHECKED.add(key)
+    print(
+        f"env {name}: passed ragen.envs.checker.check_env ({time.perf_counter() - tic:.1f}s)",
+        file=stream or sys.stderr,
+        flush=True,
+    )
+    return True
 
 
 def _check_reset(env: Env, seed: int) -> None:

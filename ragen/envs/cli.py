@@ -3,12 +3,17 @@
 
     ragen envs                      # names and one-line descriptions
     ragen envs --keys               # ... with every config key and its default
+    ragen envs reasoning_gym        # one env in full: options, turn budget, its tasks
     ragen envs --summary            # oracle vs random policy on every env
     ragen play sokoban --seed 3     # you play: type actions, 'q' (or quit/exit) to stop
     ragen play frozen_lake --solver --set p=1/3 --set size=5
     ragen play sokoban --set levels=handmade --seed 1
     ragen serve-env sokoban --port 8765   # serve it over HTTP (train with env=remote)
     ragen serve-env sokoban --protocol openenv --port 8000   # ... to OpenEnv clients (TRL)
+
+Every command takes a user's own env too: ``package.module:Class``,
+``path/to/file.py:Class`` or an installed ``ragen.envs`` entry point, checked with
+:func:`ragen.envs.checker.check_plugin` before it is played or served.
 
 Also :func:`solver_summary` (oracle vs random reference policies per env), used by
 the demo.
@@ -19,14 +24,21 @@ from __future__ import annotations
 import argparse
 import random
 import sys
+import textwrap
+from pathlib import Path
 from typing import Any, TextIO
 
+import yaml
+
 from ragen.cli_utils import parse_key_values
-from ragen.errors import EnvConfigError, RagenError, UsageError
+from ragen.errors import EnvConfigError, MissingDependencyError, RagenError, UsageError
 
 from . import config_keys, derive_seed, make, names, spec
+from .checker import check_plugin
 from .openenv_server import serve_openenv
+from .reasoning_gym_env import ReasoningGymEnv, task_names
 from .server import serve
+from .textarena_adapter import TextArenaEnv, import_textarena
 
 _QUIT_WORDS = {"q", "quit", "exit"}
 
@@ -42,8 +54,24 @@ def _port(text: str) -> int:
     return port
 
 
+#: what ``ragen env=NAME`` can be besides a registered name (the help of every command)
+ENV_HELP = (
+    "registered environment name (see `ragen envs`), or your own Env class: "
+    "package.module:Class, path/to/file.py:Class or an installed `ragen.envs` entry point"
+)
+#: the env presets of ``ragen train env=NAME`` (their turn budgets; ragen eval's too)
+_ENV_PRESETS = Path(__file__).resolve().parent.parent / "configs" / "env"
+
+
 def add_parser(subparsers: Any) -> None:
-    envs_parser = subparsers.add_parser("envs", help="list the registered environments")
+    envs_parser = subparsers.add_parser(
+        "envs",
+        help="list the registered environments (NAME: one in full)",
+        description="List the environments (registered and installed plug-ins); with NAME, "
+        "show one in full: its options and defaults, its turn budget, and what it loads "
+        "by name (reasoning_gym: reasoning-gym's tasks; textarena: TextArena's games).",
+    )
+    envs_parser.add_argument("names", nargs="*", metavar="NAME", help="show these envs in full")
     envs_parser.add_argument(
         "--keys", action="store_true", help="also list config keys and defaults"
     )
@@ -60,7 +88,7 @@ def add_parser(subparsers: Any) -> None:
         help="play an environment in the terminal (or watch its solver)",
         description="Play ENV: type an action per prompt; q, quit, exit or end of input stops.",
     )
-    play.add_argument("env", help="registered environment name (see `ragen envs`)")
+    play.add_argument("env", help=ENV_HELP)
     play.add_argument("--seed", type=int, default=0, help="initial-state seed")
     play.add_argument("--solver", action="store_true", help="watch the built-in solver play")
     play.add_argument(
@@ -82,7 +110,7 @@ def add_parser(subparsers: Any) -> None:
         "env.config.url=http://HOST:PORT` or `ragen eval --env remote --env-config "
         "url=http://HOST:PORT`.",
     )
-    serve.add_argument("env", help="registered environment name (see `ragen envs`)")
+    serve.add_argument("env", help=ENV_HELP)
     serve.add_argument(
         "--protocol",
         choices=("ragen", "openenv"),
@@ -135,6 +163,10 @@ def add_parser(subparsers: Any) -> None:
 
 # -- ragen envs ---------------------------------------------------------------------------------
 def cmd_envs(args: argparse.Namespace) -> int:
+    if args.names:
+        for n, name in enumerate(args.names):
+            print("\n" * bool(n) + describe_env(name), end="")
+        return 0
     width = max(len(n) for n in names())
     for name in names():
         print(f"{name:<{width}}  {spec(name).description}")
@@ -149,7 +181,52 @@ def cmd_envs(args: argparse.Namespace) -> int:
     if args.summary:
         print()
         print_solver_summary(solver_summary(names(), episodes=args.episodes))
+    elif not args.keys:
+        print(
+            "\nOptions: `ragen envs --keys` (every env's), `ragen envs NAME` (one env in full; "
+            "`ragen envs reasoning_gym` lists reasoning-gym's tasks, `ragen envs textarena` "
+            "TextArena's games). Your own env: env=package.module:Class, "
+            "path/to/file.py:Class or a `ragen.envs` entry point (docs/ENVIRONMENTS.md)."
+        )
     return 0
+
+
+def describe_env(name: str) -> str:
+    """``ragen envs NAME``: the env's description, class, options with their defaults
+    (``--set``, ``env.config.KEY``, ``--env-config``), the turn budget of its preset, and
+    the catalogue it loads from by name (reasoning-gym's tasks, TextArena's games)."""
+    record = spec(name)
+    lines = [f"{name}: {record.description}", f"  class: {record.target}"]
+    keys = config_keys(name)
+    lines.append("  options (--set KEY=VALUE, env.config.KEY=VALUE, --env-config KEY=VALUE):")
+    lines += [f"    {key} = {default!r}" for key, default in keys.items()] or ["    (none)"]
+    preset = _ENV_PRESETS / f"{name}.yaml"
+    if preset.is_file():
+        rollout = (yaml.safe_load(preset.read_text()) or {}).get("rollout") or {}
+        shown = ", ".join(f"{k}={v}" for k, v in rollout.items())
+        lines.append(f"  turn budget (ragen train env={name}, ragen eval --env {name}): {shown}")
+    cls = record.load_class()
+    catalogue = None
+    try:
+        if issubclass(cls, ReasoningGymEnv):
+            catalogue = ("reasoning-gym tasks (task=NAME or task=[A,B])", task_names())
+        elif issubclass(cls, TextArenaEnv):
+            import_textarena()
+            # deferred: a module of the optional textarena package (import_textarena
+            # above says how to install it when it is missing)
+            from textarena.envs.registration import ENV_REGISTRY
+
+            games = sorted(k.removesuffix("-raw") for k in ENV_REGISTRY if k.endswith("-raw"))
+            catalogue = ("TextArena games (game=ID; single-player ones play here)", games)
+    except MissingDependencyError as err:
+        lines.append(f"  ({err})")
+    if catalogue is not None:
+        title, items = catalogue
+        lines.append(f"  {len(items)} {title}:")
+        lines += textwrap.wrap(
+            ", ".join(items), 96, initial_indent="    ", subsequent_indent="    "
+        )
+    return "\n".join(lines) + "\n"
 
 
 # -- ragen play ---------------------------------------------------------------------------------
@@ -177,7 +254,9 @@ def make_from_cli(name: str, config: dict[str, Any]) -> Any:
 
 
 def cmd_play(args: argparse.Namespace) -> int:
-    env = make_from_cli(args.env, parse_overrides(args.overrides))
+    config = parse_overrides(args.overrides)
+    env = make_from_cli(args.env, config)
+    check_plugin(args.env, config)  # a user's own env: checked before it is played
     return play(env, seed=args.seed, solver=args.solver, max_steps=args.max_steps)
 
 
@@ -187,6 +266,7 @@ def cmd_serve_env(args: argparse.Namespace) -> int:
 
     config = parse_overrides(args.overrides)
     make_from_cli(args.env, config).close()  # a bad option: one line, before binding
+    check_plugin(args.env, config)  # a user's own env: checked before it is served
     if args.protocol == "openenv":
         serve_openenv(args.env, config, args.host, args.port, args.max_episodes, args.quiet)
         return 0

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
-from ragen.agent.rollout_flags import add_rollout_flags, rollout_from_args
+from ragen.agent.evaluate import preset_settings
+from ragen.agent.rollout_flags import add_rollout_flags, given_rollout_flags, rollout_from_args
 from ragen.cli_utils import add_env_config_flag, check_out_dir, parse_key_values
 from ragen.envs import check_options as check_env_options
+from ragen.envs.checker import check_plugin
 from ragen.errors import UsageError
 
 # the rollout knobs that shape the expert data's prompts and turns; match the RL run's
@@ -34,7 +37,12 @@ def add_parser(subparsers) -> None:
         default="tiny",
         help="base model: tiny[:SIZE], folder, .gguf file, model preset or hub id",
     )
-    p.add_argument("--env", default="sokoban", help="registered environment (see `ragen envs`)")
+    p.add_argument(
+        "--env",
+        default="sokoban",
+        help="registered environment (see `ragen envs`), or your own Env class: "
+        "package.module:Class, path/to/file.py:Class or an installed `ragen.envs` entry point",
+    )
     add_env_config_flag(p)
     p.add_argument("--out", required=False, help="output folder (HF format)")
     p.add_argument("--episodes", type=int, default=512, help="expert episodes to train on")
@@ -87,10 +95,24 @@ def run(args: argparse.Namespace) -> int:
     check_out_dir(args.out)  # before the expert data and the training, not after
     env_config = parse_key_values(args.env_config, "--env-config")
     check_env_options(args.env, env_config, "--env-config")
+    check_plugin(args.env, env_config)  # a user's own env: checked before its data are made
+    # the env's turn budget, as `ragen train env=NAME` takes it: the expert data are
+    # prompted as the RL run's rollouts will be unless a flag says otherwise
+    preset, _, preset_file = preset_settings("env", args.env)
+    given = given_rollout_flags(args)
+    inherited = {k: v for k, v in preset.items() if k in _SFT_ROLLOUT_FLAGS and k not in given}
+    defaults = getattr(args, "_rollout_defaults", {})
+    differ = {k: v for k, v in inherited.items() if defaults.get(k) != v}
+    if differ:  # said only where the preset changes a default
+        shown = ", ".join(f"{k}={v}" for k, v in differ.items())
+        print(
+            f"using the settings of env preset {args.env} ({preset_file}; flags override): {shown}",
+            file=sys.stderr,
+        )
     cfg = SFTConfig(
         env=args.env,
         env_config=env_config,
-        rollout=rollout_from_args(args, seed=args.seed),
+        rollout=rollout_from_args(args, inherited=inherited, seed=args.seed),
         episodes=args.episodes,
         epsilon=args.epsilon,
         labels=args.labels,

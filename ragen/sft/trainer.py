@@ -197,7 +197,9 @@ class SFTConfig:
                 f"labels=expert with epsilon={self.epsilon} needs rollout.context_window=0: "
                 "each turn's reply is the expert's move while a random move may have run, so "
                 "a sample that shows earlier replies would show moves that did not happen. "
-                "Fix: context_window=0 (the current state alone), or labels=played"
+                "Fix: --context-window 0 (each turn prompted with the current state alone; "
+                "train the RL run on the same prompts with rollout.context_window=0), or "
+                "--labels played, or --epsilon 0"
             )
         if not 0.0 <= self.warmup_frac < 1.0:
             raise ConfigError(f"warmup_frac must be in [0, 1), got {self.warmup_frac}")

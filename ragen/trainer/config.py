@@ -206,7 +206,11 @@ class CurriculumConfig:
 @dataclass
 class EnvSection:
     name: str = option(
-        "sokoban", "a registered environment (`ragen envs` lists them)", choices=envs.names
+        "sokoban",
+        "a registered environment (`ragen envs` lists them), or your own Env class: "
+        "package.module:Class, path/to/file.py:Class or an installed `ragen.envs` entry "
+        "point (docs/ENVIRONMENTS.md)",
+        check=envs.check_name,
     )
     config: dict[str, Any] = option(
         default_factory=dict,

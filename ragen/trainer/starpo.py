@@ -42,6 +42,7 @@ import torch
 
 from ragen.agent.trajectory import Trajectory
 from ragen.envs.base import derive_seed
+from ragen.envs.registry import slug
 from ragen.errors import ConfigError
 
 from . import advantages, onepass, rollout_phase, run_checkpoints, scoring, update
@@ -117,7 +118,8 @@ class StarPOTrainer:
         # (batch, step) of the last fresh rollout, trained on again (trainer.rollout_reuse)
         self._reused: tuple[TrainingBatch, int] | None = None
         seed_everything(t.seed)
-        self.run_name = t.run_name or f"{cfg.env.name}-{cfg.algo.name}"
+        # a plug-in env (pkg.mod:CoinEnv, envs/coin.py:CoinEnv) names the folder by its class
+        self.run_name = t.run_name or f"{slug(cfg.env.name)}-{cfg.algo.name}"
         self.run_dir = Path(t.run_dir or Path("runs") / self.run_name)
         from .run_lock import RunLock
 
@@ -255,7 +257,12 @@ class StarPOTrainer:
         that resumes the run.
         """
         t = self.cfg.trainer
-        self.logger.print(f"run folder: {self.run_dir}\n{to_yaml(self.cfg)}")
+        if t.console:
+            self.logger.print(f"run folder: {self.run_dir}\n{to_yaml(self.cfg)}")
+        else:  # quiet when asked: the config is in the run folder, not on the screen
+            self.logger.print(
+                f"run folder: {self.run_dir} (config: {self.run_dir / 'config.yaml'})"
+            )
         if not self.cfg.algo.micro_token_budget:  # auto: say what it came to, to pin it
             self.logger.print(
                 f"micro-batches of at most {self.models.token_budget} tokens "

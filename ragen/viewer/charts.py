@@ -61,9 +61,11 @@ def nice_step(span: float, n: int = 5) -> float:
     return 10 * mag
 
 
-def ticks(lo: float, hi: float, n: int = 5) -> tuple[list[float], float]:
-    """Tick values covering ``[lo, hi]`` and their spacing."""
-    step = nice_step(hi - lo, n)
+def ticks(lo: float, hi: float, n: int = 5, min_step: float = 0.0) -> tuple[list[float], float]:
+    """Tick values covering ``[lo, hi]`` and their spacing, at least ``min_step`` (1 on
+    an axis of steps, which are integers: 2 steps get the ticks 1 and 2, not 1.0, 1.2, ...
+    labelled "1 1 1 2 2 2")."""
+    step = max(nice_step(hi - lo, n), min_step)
     first = math.floor(lo / step + 1e-9) * step
     out: list[float] = []
     while not out or out[-1] < hi - step * 1e-9:  # until a tick covers ``hi``
@@ -155,7 +157,7 @@ def panel(
     y_lo, y_hi = _domain(ys)
     y_ticks, y_step = ticks(y_lo, y_hi, 5)
     y0, y1 = y_ticks[0], y_ticks[-1]
-    x_ticks, x_step = ticks(x_lo, x_hi, 6)
+    x_ticks, x_step = ticks(x_lo, x_hi, 6, min_step=1.0)  # the x axis counts steps
     x_ticks = [t for t in x_ticks if x_lo <= t <= x_hi] or [x_lo, x_hi]
     scale = max(abs(y0), abs(y1))
     y_labels = [tick_label(v, y_step, scale) for v in y_ticks]
@@ -185,7 +187,7 @@ def panel(
     for v in x_ticks:
         x = px(v)
         out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{TOP + ph}" class="grid"/>')
-        label = tick_label(v, x_step if x_step >= 1 else 1)
+        label = tick_label(v, x_step)
         out.append(f'<text x="{x:.1f}" y="{TOP + ph + 13}" text-anchor="middle">{label}</text>')
     out.append(f'<text x="{left + pw}" y="{H - 3}" text-anchor="end" class="axis">step</text>')
     out.append(f'<rect x="{left}" y="{TOP}" width="{pw}" height="{ph}" class="frame"/>')

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import functools
+import http.server
 from pathlib import Path
+
+from ragen.errors import UsageError
 
 from .site import build_site
 
@@ -27,7 +32,8 @@ def add_parser(subparsers) -> None:
         const=8000,
         default=None,
         metavar="PORT",
-        help="serve the site on http://127.0.0.1:PORT (standard library server) until Ctrl-C",
+        help="serve the site on http://127.0.0.1:PORT (standard library server) until Ctrl-C "
+        "(0: any free port)",
     )
     p.set_defaults(func=run)
 
@@ -55,13 +61,27 @@ def run(args: argparse.Namespace) -> int:
 
 
 def serve(folder: Path, port: int) -> None:
-    """Serve ``folder`` over HTTP on localhost until interrupted."""
-    import functools
-    import http.server
-
+    """Serve ``folder`` over HTTP on localhost until interrupted (port 0: any free one,
+    named on the line it prints)."""
+    if not 0 <= port <= 65535:
+        raise UsageError(
+            f"--serve {port} is not a TCP port. Fix: --serve 8000, or 0 (any free one)"
+        )
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
-    with http.server.ThreadingHTTPServer(("127.0.0.1", port), handler) as server:
-        print(f"serving {folder} at http://127.0.0.1:{server.server_address[1]}/ (Ctrl-C stops)")
+    try:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+    except OSError as err:
+        if err.errno != errno.EADDRINUSE:
+            raise
+        raise UsageError(
+            f"port {port} is already in use (another `ragen view --serve`?). Fix: --serve "
+            "with another port, or --serve 0 for any free one"
+        ) from None
+    with server:
+        print(
+            f"serving {folder} at http://127.0.0.1:{server.server_address[1]}/ (Ctrl-C stops)",
+            flush=True,  # a script reading our output learns the port at once
+        )
         try:
             server.serve_forever()
         except KeyboardInterrupt:

@@ -298,8 +298,10 @@ def build_run(run: Run, out: Path, root: str, top: str = "") -> dict[str, Any]:
     if built:
         search = (
             f"<h1>{esc(title)} · search</h1><p class=small>Finds a text in the thoughts, "
-            "answers and observations of every trajectories file of the run (not case "
-            "sensitive); each hit links to its turn.</p><div id=app></div>"
+            "answers and observations of every trajectories file of the run, and in the "
+            "raw replies (a malformed reply, early in training, has no thought or answer "
+            "to search; the toggle leaves them out). Not case sensitive; each hit links "
+            "to its turn.</p><div id=app></div>"
         )
         (out / "search.html").write_text(
             page(

@@ -39,7 +39,9 @@ def episode(
             f"I should push it, so the best next action is {said}."
         )
         if rng.random() < 0.04:  # a malformed reply: no answer, nothing runs
-            response = f"<think>{thought}</think> {a}"
+            # it rambles: "Lighthouse" is in no thought, answer or observation, only in
+            # these raw replies (what a search of early-training replies must find)
+            response = f"<think>{thought}</think> Lighthouse ahead, so {a}"
             turns.append(_malformed(k, n, response))
             continue
         turns.append(

@@ -205,6 +205,26 @@
     });
   };
 
+  // -- search: where a query is looked for (the step page's filter and search.html) ---
+  R.SEARCH_FIELDS = [["all", "thoughts, answers, observations"], ["th", "thoughts"], ["a", "answers"], ["o", "observations"], ["r", "raw replies only"]];
+  // [[field name, text]] of turn ``t`` holding ``q`` (case-insensitive) in ``field``
+  // ("all", "th", "a", "o", "r"). With ``raw`` the raw reply is searched too, and
+  // counted only where the parsed thought and answer do not hold the query: a malformed
+  // reply has neither, and a well-formed one would count twice
+  R.searchHits = function (t, q, field, raw) {
+    var ql = (q || "").toLowerCase(), out = [];
+    function has(text) { return !!ql && !!text && text.toLowerCase().indexOf(ql) >= 0; }
+    if ((field === "all" || field === "th") && has(t.th)) out.push(["thought", t.th]);
+    if ((field === "all" || field === "a") && has(t.a.join(" || "))) out.push(["answer", t.a.join(" || ")]);
+    var replied = out.length > 0;
+    if ((field === "all" || field === "o") && has(t.o)) out.push(["observation", t.o]);
+    var rawToo = field === "r" || (raw && field !== "o" && !replied);
+    if (rawToo && has(t.rs)) out.push(["raw reply", t.rs]);
+    return out;
+  };
+  // whether a query is looked for in the raw reply (to mark it there, and open it)
+  R.searchesRaw = function (field, raw) { return field === "r" || (raw && field !== "o"); };
+
   R.fail = function (app, err) {
     app.appendChild(R.el("p", { cls: "bad", id: "load-error", text: "could not show this page: " + err }));
   };

@@ -1,7 +1,9 @@
 // ragen view: text search over every trajectories file of a run (search.html).
 // Walks data/files.js's files one at a time, loading each one's turns, and lists the
-// turns whose thought, answer or observation contains the query; each hit links to its
-// turn. The query is in the URL (#q=...&in=th&kind=val).
+// turns whose thought, answer or observation contains the query, and, unless the "raw
+// replies too" toggle is off, those whose raw reply does while its parsed thought and
+// answer do not (a malformed reply has none: early in training that is most replies);
+// each hit links to its turn. The query is in the URL (#q=...&in=th&kind=val&noraw=1).
 (function () {
   "use strict";
   var R = window.RAGEN, el = R.el;
@@ -11,7 +13,7 @@
 
   function form(state) {
     var q = el("input", { id: "q", type: "search", size: "40", value: state.q || "", placeholder: "a word or phrase" });
-    var field = el("select", { id: "in" }, [["all", "thoughts, answers, observations"], ["th", "thoughts"], ["a", "answers"], ["o", "observations"]].map(function (o) {
+    var field = el("select", { id: "in" }, R.SEARCH_FIELDS.map(function (o) {
       var opt = el("option", { value: o[0], text: o[1] });
       if ((state["in"] || "all") === o[0]) opt.selected = true;
       return opt;
@@ -21,20 +23,15 @@
       if ((state.kind || "") === o[0]) opt.selected = true;
       return opt;
     }));
+    var raw = el("input", { id: "raw", type: "checkbox" });
+    raw.checked = !state.noraw;
     var go = el("button", { id: "go", text: "search" });
-    var f = el("form", { cls: "filters", id: "search-form" }, [el("label", {}, ["find ", q]), el("label", {}, ["in ", field]), el("label", {}, ["of ", kind]), go]);
+    var f = el("form", { cls: "filters", id: "search-form" }, [el("label", {}, ["find ", q]), el("label", {}, ["in ", field]), el("label", {}, [raw, " raw replies too"]), el("label", {}, ["of ", kind]), go]);
     f.onsubmit = function (e) {
       e.preventDefault();
-      location.hash = R.hash({ q: q.value.trim(), "in": field.value === "all" ? "" : field.value, kind: kind.value });
+      location.hash = R.hash({ q: q.value.trim(), "in": field.value === "all" ? "" : field.value, noraw: !raw.checked, kind: kind.value });
     };
     return f;
-  }
-  function texts(t, field) {
-    var out = [];
-    if (field === "all" || field === "th") out.push(["thought", t.th]);
-    if (field === "all" || field === "a") out.push(["answer", t.a.join(" || ")]);
-    if (field === "all" || field === "o") out.push(["observation", t.o]);
-    return out;
   }
   function wanted(f, kind) {
     if (!kind) return true;
@@ -43,7 +40,7 @@
   }
 
   function search(state, files) {
-    var mine = ++run, q = state.q, ql = q.toLowerCase(), field = state["in"] || "all";
+    var mine = ++run, q = state.q, field = state["in"] || "all", raw = !state.noraw;
     var list = el("ol", { id: "hits" });
     var status = el("p", { cls: "small", id: "status", text: "searching…" });
     app.appendChild(status);
@@ -66,10 +63,10 @@
             var i = c * index.chunk + j, ep = index.episodes[i];
             if (!ep) return;
             R.compactTurns(rec, ep).forEach(function (t, turn) {
-              texts(t, field).forEach(function (pair) {
-                if (n >= MAX_HITS || !pair[1] || pair[1].toLowerCase().indexOf(ql) < 0) return;
+              R.searchHits(t, q, field, raw).forEach(function (pair) {
+                if (n >= MAX_HITS) return;
                 n++;
-                var href = f.page + R.hash({ q: q, "in": field === "all" ? "" : field, ep: i, turn: turn });
+                var href = f.page + R.hash({ q: q, "in": field === "all" ? "" : field, noraw: !raw, ep: i, turn: turn });
                 var snippet = el("span", { cls: "snippet" });
                 snippet.appendChild(R.marked(R.around(pair[1], q, 160), q));
                 list.appendChild(el("li", { cls: "hit" }, [

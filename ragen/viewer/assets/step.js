@@ -8,7 +8,7 @@
   var stem = document.body.getAttribute("data-stem");
   var app = document.getElementById("app");
   var PAGE_GROUPS = 12;
-  var DEFAULTS = { env: "", outcome: "", rmin: "", rmax: "", fe: false, mm: false, kept: "", sort: "group", page: 0, q: "", "in": "all", ep: "", turn: "" };
+  var DEFAULTS = { env: "", outcome: "", rmin: "", rmax: "", fe: false, mm: false, kept: "", sort: "group", page: 0, q: "", "in": "all", noraw: false, ep: "", turn: "" };
   var state = {}, D = null, TILES = null, turns = {};
 
   function readState() {
@@ -47,20 +47,10 @@
   }
 
   // -- search and filters ---------------------------------------------------------------
-  function fields(t) {
-    var f = state["in"];
-    var out = [];
-    if (f === "all" || f === "th") out.push(t.th);
-    if (f === "all" || f === "a") out.push(t.a.join(" || "));
-    if (f === "all" || f === "o") out.push(t.o);
-    return out;
-  }
   function hits(ep) {  // [turn, text] of the turns of ``ep`` that contain the query
-    var q = state.q.toLowerCase(), out = [];
+    var out = [];
     (turns[ep.i] || []).forEach(function (t, k) {
-      fields(t).forEach(function (text) {
-        if (text && text.toLowerCase().indexOf(q) >= 0) out.push([k, text]);
-      });
+      R.searchHits(t, state.q, state["in"], !state.noraw).forEach(function (pair) { out.push([k, pair[1]]); });
     });
     return out;
   }
@@ -129,8 +119,14 @@
     return i;
   }
   function searchBox() {
-    var i = el("input", { id: "f-q", type: "search", placeholder: "search thoughts, answers, observations", value: state.q, size: "34" });
+    var i = el("input", { id: "f-q", type: "search", placeholder: "search thoughts, answers, observations, raw replies", value: state.q, size: "34" });
     i.onchange = function () { state.q = i.value.trim(); state.page = 0; changed(); };
+    return i;
+  }
+  function rawToggle() {  // on by default: the URL carries noraw=1 when it is off
+    var i = el("input", { id: "f-raw", type: "checkbox" });
+    i.checked = !state.noraw;
+    i.onchange = function () { state.noraw = !i.checked; state.page = 0; changed(); };
     return i;
   }
 
@@ -170,7 +166,8 @@
     var envNames = Object.keys(envs);
     app.appendChild(el("div", { cls: "filters" }, [
       control("search", searchBox()),
-      control("in", select("in", [["all", "thoughts, answers, observations"], ["th", "thoughts"], ["a", "answers"], ["o", "observations"]])),
+      control("in", select("in", R.SEARCH_FIELDS)),
+      el("label", { cls: "ctl" }, [rawToggle(), " raw replies too"]),
       envNames.length > 1 ? control("env", select("env", [["", "all"]].concat(envNames.map(function (n) { return [n, n]; })))) : null,
       control("outcome", select("outcome", [["", "all"], ["success", "success"], ["failure", "failure"]])),
       control("reward ≥", number("rmin")),
@@ -283,8 +280,12 @@
     parts.push(el("h4", { text: "answer" }), R.pre("answer", t.a.join(" || "), qa));
     if (!t.f) parts.push(el("p", { cls: "bad format-error", text: "format error: " + (t.fx || "malformed reply") }));
     if (t.mm) parts.push(el("p", { cls: "warn", text: "the thought commits to other actions than the answer" }));
-    var raw = el("details", { cls: "raw" }, [el("summary", { text: "raw response" }), el("pre", { cls: "response", text: t.rs })]);
-    if (!t.f) raw.open = true;  // a malformed reply: the raw text is what there is to read
+    var qr = state.q && R.searchesRaw(state["in"], !state.noraw) ? state.q : "";
+    var raw = el("details", { cls: "raw" }, [el("summary", { text: "raw response" }), R.pre("response", t.rs, qr)]);
+    // a malformed reply: the raw text is what there is to read; a search that found the
+    // text in the raw reply alone: shown where it is
+    var rawHit = qr && R.searchHits(t, qr, state["in"], true).some(function (h) { return h[0] === "raw reply"; });
+    if (!t.f || rawHit) raw.open = true;
     parts.push(raw);
     return el("div", { cls: "reply" }, parts);
   }
