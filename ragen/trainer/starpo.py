@@ -139,8 +139,9 @@ class StarPOTrainer:
         from .checkpoint import CheckpointManager
 
         self.checkpoints = CheckpointManager(self.run_dir, keep_last=t.keep_last)
-        if t.save_every > 0:  # no room for one checkpoint: say so before the first step
-            self._require_room_for_a_checkpoint()
+        # no room for one checkpoint: say so before the first step. Every run saves one at
+        # its end (trainer.save_every=0 saves only that), so every run needs the room
+        self._require_room_for_a_checkpoint()
         self.start_step = self._maybe_resume()
         # rollout workers / training ranks (trainer.rollout_workers, trainer.train_ranks):
         # Ray actors and a torch.distributed group, docs/SCALING.md; None: this process only
@@ -396,12 +397,14 @@ class StarPOTrainer:
         for model in (self.models.actor, self.models.critic):
             if model is not None:
                 needed += state_bytes(model) + adam_state_bytes(model)
+        every = self.cfg.trainer.save_every
         require_free(
             self.checkpoints.root,
             needed,
-            f"one checkpoint (trainer.save_every={self.cfg.trainer.save_every})",
-            "free space on that disk, point trainer.run_dir at a disk with room, or "
-            "trainer.save_every=0 (no checkpoints)",
+            f"one checkpoint (trainer.save_every={every}"
+            + ("; 0 still saves the last step" if not every else "")
+            + ")",
+            "free space on that disk, or point trainer.run_dir at a disk with room",
         )
 
     def save_checkpoint(self, step: int) -> Path:
