@@ -10,6 +10,12 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
+from ragen.cli import main
+from ragen.errors import ConfigError
+from ragen.trainer import config
+from ragen.trainer.config import load_config
 from ragen.trainer.metrics_logger import MetricsLogger, move_logs_after, read_metrics
 
 
@@ -34,3 +40,77 @@ def test_resume_reads_a_metrics_file_with_a_4301_digit_number(tmp_path):
     logger.close()
     assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2]
     assert [r["step"] for r in read_metrics(tmp_path / "aside")] == [4]
+
+
+# -- item 8: config keys that slipped through -------------------------------------------------
+def _train_line(capsys, run_dir, *overrides: str) -> str:
+    """``ragen train`` with ``overrides`` and a model path that does not exist: the one
+    error line, which must come from the config (or the env), before any model loads."""
+    code = main(["train", "model.path=/no/such/model", f"trainer.run_dir={run_dir}", *overrides])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    (line,) = err.strip().splitlines()
+    assert line.startswith("ragen train: error: ") and "/no/such/model" not in line, line
+    return line.removeprefix("ragen train: error: ")
+
+
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        # container keys of the wrong shape (a TypeError traceback, or one after the model loaded)
+        (
+            ["model.lora.target_modules=[[]]"],
+            "model.lora.target_modules: must be a list of non-empty strings",
+        ),
+        (["model.lora.rank=8", "model.lora.target_modules=[]"], "would train no adapter at all"),
+        (["model.lora.target_modules=[q_proj,'v proj']"], "'v proj' is not a module name"),
+        (
+            ["trainer.rollback_change={}"],
+            "trainer.rollback_change: must be a list, got the mapping {}",
+        ),
+        (["trainer.collapse.signals={}"], "trainer.collapse.signals: must be a list"),
+        (["env.config=[]"], "env.config: must be a mapping of options"),
+        # sizes past what the machine holds (ran for minutes, or a MemoryError)
+        (
+            ["rollout.env_groups=99999999999999999999999"],
+            "rollout.env_groups: 99,999,999,999,999,999,999,999 does not fit in 64 bits",
+        ),
+        (
+            ["rollout.env_groups=1000000000000"],
+            "rollout.env_groups: rollout.env_groups=1,000,000,000,000 x rollout.group_size=16",
+        ),
+        (["trainer.val_groups=1000000000000"], "trainer.val_groups: "),
+        (["rollout.max_model_len=1000000000000000"], "rollout.max_model_len: "),
+        (["trainer.seed=-99999999999999999999999"], "trainer.seed: "),
+        (["env.train_states=10000000000"], "cannot be drawn from the 1,000,000,000 training seeds"),
+        (["algo.micro_token_budget=100000000000000000"], "algo.micro_token_budget: "),
+        (["trainer.rollout_workers=100000000"], "processes of at least 250 MB each"),
+        (["env.config.dim_room=[1000000,1000000]"], "dim_room=(1000000, 1000000) is too large"),
+        (["env.config.dim_room=[30000,30000]"], "each side must be <= 100"),
+        # a documented key that nothing read
+        (["model.tokenizer_path=some/tokenizer"], "model.tokenizer_path: this key was removed"),
+    ],
+)
+def test_config_keys_that_slipped_through_are_one_line_before_any_model_loads(
+    overrides, words, capsys, tmp_path
+):
+    line = _train_line(capsys, tmp_path / "run", *overrides)
+    assert words in line and "Fix:" in line, line
+
+
+def test_a_removed_key_left_at_null_in_an_old_config_is_dropped(tmp_path):
+    old = tmp_path / "old.yaml"
+    old.write_text("model:\n  tokenizer_path: null\ntrainer:\n  total_steps: 3\n")
+    cfg = load_config([f"config={old}"])
+    assert cfg.trainer.total_steps == 3 and not hasattr(cfg.model, "tokenizer_path")
+
+
+def test_sizes_are_bounded_by_the_machines_memory():
+    """The bound is the machine's: the same config fits a big machine, not a small one."""
+    cfg = load_config(
+        ["rollout.env_groups=64", "rollout.group_size=16", "rollout.max_model_len=32768"]
+    )
+    need = (64 * 16 + 32) * (config.EPISODE_FLOOR_BYTES + 8 * 32768)
+    config._check_sizes(cfg, memory=need)  # just fits
+    with pytest.raises(ConfigError, match="rollout.max_model_len: .* more than this machine's"):
+        config._check_sizes(cfg, memory=need - 1)
