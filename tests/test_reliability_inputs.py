@@ -114,3 +114,32 @@ def test_sizes_are_bounded_by_the_machines_memory():
     config._check_sizes(cfg, memory=need)  # just fits
     with pytest.raises(ConfigError, match="rollout.max_model_len: .* more than this machine's"):
         config._check_sizes(cfg, memory=need - 1)
+
+
+# -- item 10: the opponent's model as docs/ENVIRONMENTS.md says -----------------------------
+def test_the_opponent_model_may_be_a_run_a_checkpoint_or_a_model_folder(tiny_model_dir, tmp_path):
+    """The probe: `opponent_model` took only `step_N/actor`; a run folder or a checkpoint
+    folder, which docs/ENVIRONMENTS.md names, failed to load."""
+    import shutil
+
+    from ragen.agent.opponent import ModelOpponent, model_folder
+
+    run = tmp_path / "run"
+    for step in ("step_000001", "step_000002"):
+        checkpoint = run / "checkpoints" / step
+        shutil.copytree(tiny_model_dir, checkpoint / "actor")
+        (checkpoint / "train_config.json").write_text("{}")
+    newest = str(run / "checkpoints" / "step_000002" / "actor")
+    assert model_folder(str(run)) == newest  # a run: its newest checkpoint
+    assert model_folder(str(run / "checkpoints" / "step_000002")) == newest
+    assert model_folder(newest) == newest
+    assert model_folder(tiny_model_dir) == tiny_model_dir  # any model folder, as it is
+    for given in (run, run / "checkpoints" / "step_000001"):
+        ModelOpponent(str(given))  # loads (a ModelLoadError before)
+    pytest.importorskip("textarena")
+    from ragen.envs import make
+
+    env = make("ta_tictactoe", opponent="checkpoint", opponent_model=str(run))
+    first = env.reset(0, rng_seed=0)
+    obs, _, _, _, info = env.step(env.oracle_action())
+    assert obs != first and env.env_error is None  # the frozen run answered a move
