@@ -8,6 +8,7 @@ loads, and never exit 0."""
 
 from __future__ import annotations
 
+import errno
 import math
 
 import pytest
@@ -143,3 +144,92 @@ def test_the_opponent_model_may_be_a_run_a_checkpoint_or_a_model_folder(tiny_mod
     first = env.reset(0, rng_seed=0)
     obs, _, _, _, info = env.step(env.oracle_action())
     assert obs != first and env.env_error is None  # the frozen run answered a move
+
+
+# -- item 11: eval and view outputs on a full or read-only disk -------------------------------
+class _FullDisk:
+    """``open`` where files named ``*.tmp`` fill the disk after their first write (what a
+    writer meets on a full disk), or, with ``read_only``, every file refuses to open."""
+
+    def __init__(self, read_only: bool = False):
+        self.read_only = read_only
+
+    def __call__(self, path, mode="r", *args, **kwargs):
+        import builtins
+
+        if self.read_only and "w" in mode:
+            raise OSError(errno.EROFS, "Read-only file system", str(path))
+        f = builtins.open(path, mode, *args, **kwargs)
+        if not str(path).endswith(".tmp"):
+            return f
+        write = f.write
+        calls = []
+
+        def fill(data):
+            calls.append(data)
+            if len(calls) > 1:
+                raise OSError(errno.ENOSPC, "No space left on device", str(path))
+            return write(data)
+
+        f.write = fill
+        return f
+
+
+def _error_line(capsys, command: str) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    (line,) = [x for x in err.splitlines() if x.startswith(f"ragen {command}: error:")]
+    return line
+
+
+def test_eval_out_on_a_full_disk_is_one_line_and_leaves_no_empty_file(
+    tmp_path, monkeypatch, capsys
+):
+    """The probe: a traceback, and a 0-byte trajectories.jsonl left behind."""
+    import ragen.cli_utils as cli_utils
+
+    out = tmp_path / "eval"
+    monkeypatch.setattr(cli_utils, "open", _FullDisk(), raising=False)
+    code = main(["eval", "--model", "oracle", "--env", "bandit", "--n", "4", "--out", str(out)])
+    line = _error_line(capsys, "eval")
+    assert code == 2 and "disk full while writing trajectories.jsonl" in line
+    assert "Fix: free space on that disk, or another --out" in line
+    assert list(out.iterdir()) == []  # no empty or cut-off trajectories.jsonl, no .tmp
+
+
+@pytest.mark.parametrize("command", ["eval", "view"])
+def test_an_out_folder_on_a_read_only_disk_is_one_line_before_any_work(
+    command, tmp_path, monkeypatch, capsys
+):
+    import ragen.cli_utils as cli_utils
+    from ragen.viewer.synthetic import synthesize
+
+    run = tmp_path / "run"
+    synthesize(run, steps=1, episodes=2)
+    out = tmp_path / "out"
+    out.mkdir()
+    monkeypatch.setattr(cli_utils, "open", _FullDisk(read_only=True), raising=False)
+    args = (
+        ["eval", "--model", "oracle", "--env", "bandit", "--n", "2", "--out", str(out)]
+        if command == "eval"
+        else ["view", str(run), "--out", str(out)]
+    )
+    assert main(args) == 2
+    line = _error_line(capsys, command)
+    assert f"--out {out}: cannot write anything (Read-only file system)" in line
+    assert "Fix: choose a writable folder" in line and list(out.iterdir()) == []
+
+
+def test_view_out_on_a_disk_that_fills_is_one_line(tmp_path, monkeypatch, capsys):
+    import ragen.viewer.site as site
+    from ragen.viewer.synthetic import synthesize
+
+    run = tmp_path / "run"
+    synthesize(run, steps=1, episodes=2)
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(site.shutil, "copyfile", full)
+    assert main(["view", str(run), "--out", str(tmp_path / "site")]) == 2
+    assert "disk full while writing the site" in _error_line(capsys, "view")
