@@ -233,3 +233,14 @@ def test_view_out_on_a_disk_that_fills_is_one_line(tmp_path, monkeypatch, capsys
     monkeypatch.setattr(site.shutil, "copyfile", full)
     assert main(["view", str(run), "--out", str(tmp_path / "site")]) == 2
     assert "disk full while writing the site" in _error_line(capsys, "view")
+
+
+# -- item 12: ragen sft --lora-rank -1 -------------------------------------------------------
+def test_sft_refuses_a_negative_lora_rank(tiny_model_dir, tmp_path, capsys):
+    """The probe: `ragen sft --lora-rank -1` silently did full fine-tuning."""
+    out = tmp_path / "sft"
+    code = main(["sft", "--model", tiny_model_dir, "--env", "bandit", "--out", str(out),
+                 "--lora-rank", "-1"])  # fmt: skip
+    line = _error_line(capsys, "sft")
+    assert code == 2 and "lora_rank: must be >= 0" in line and "--lora-rank 8" in line
+    assert not out.exists()  # nothing trained, nothing written
