@@ -244,3 +244,56 @@ def test_sft_refuses_a_negative_lora_rank(tiny_model_dir, tmp_path, capsys):
     line = _error_line(capsys, "sft")
     assert code == 2 and "lora_rank: must be >= 0" in line and "--lora-rank 8" in line
     assert not out.exists()  # nothing trained, nothing written
+
+
+# -- item 12: a stall or an error exit keeps the trained steps and says how to resume ---------
+def _failing_at_step_2(monkeypatch, how: str):
+    """``train_step`` as it is for step 1; at step 2 the env server is gone (``"env"``:
+    the rollout's EnvUnavailableError) or the step trains nothing (``"stall"``)."""
+    from ragen.errors import EnvUnavailableError
+    from ragen.trainer.starpo import StarPOTrainer
+
+    real = StarPOTrainer.train_step
+
+    def step(self, index):
+        if index == 0:
+            return real(self, index)
+        if how == "env":
+            raise EnvUnavailableError(
+                "4 of 4 episodes ended because the environment failed. Fix: the env's server"
+            )
+        metrics = real(self, index)
+        self._step_trained, self._skip_reason = False, "filter"
+        return metrics
+
+    monkeypatch.setattr(StarPOTrainer, "train_step", step)
+
+
+@pytest.mark.parametrize("how", ["env", "stall"])
+def test_an_error_exit_saves_the_trained_steps_and_prints_the_resume_command(
+    how, tiny_model_dir, tmp_path, monkeypatch, capsys
+):
+    """The probe: a stall (trainer.max_consecutive_skipped_steps) or an env that failed
+    past rollout.max_env_error_share ended the run without saving the steps trained since
+    the last checkpoint, and without the command that resumes. With save_every=0 nothing
+    was on disk at all."""
+    import shlex
+
+    from test_trainer_train import _overrides
+
+    run = tmp_path / "run"
+    args = _overrides(tiny_model_dir, run, "bandit", "grpo", steps=3)
+    args += ["trainer.save_every=0", "trainer.val_every=0",
+             "trainer.max_consecutive_skipped_steps=1"]  # fmt: skip
+    _failing_at_step_2(monkeypatch, how)
+    assert main(["train", *args]) == 2
+    line = _error_line(capsys, "train")
+    saved = "step 2" if how == "stall" else "step 1"
+    assert f"Saved {saved} to {run}/checkpoints/step_00000{saved[-1]}" in line
+    assert "To resume: ragen train " in line and line.endswith("trainer.resume=auto")
+    assert (run / "checkpoints" / f"step_00000{saved[-1]}").is_dir()
+    if how == "env":  # the printed command resumes the run and finishes it
+        monkeypatch.undo()
+        command = shlex.split(line.split("To resume: ")[1])
+        assert command[:2] == ["ragen", "train"] and main(command[1:]) == 0
+        assert "resumed from" in capsys.readouterr().out

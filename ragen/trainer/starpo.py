@@ -42,7 +42,7 @@ import torch
 
 from ragen.agent.trajectory import Trajectory
 from ragen.envs.base import derive_seed
-from ragen.errors import ConfigError
+from ragen.errors import ConfigError, DiskFullError, EnvUnavailableError
 
 from . import advantages, onepass, rollout_phase, run_checkpoints, scoring, update
 from .batching import TrainingBatch
@@ -320,6 +320,11 @@ class StarPOTrainer:
                         break
                 if self.signals.signum is not None:
                     stop_note = self._save_on_stop(done)
+            except (ConfigError, EnvUnavailableError) as err:
+                # a stall (max_consecutive_skipped_steps) or an env that failed past
+                # rollout.max_env_error_share: raised between updates, so the completed
+                # steps are sound; save the trained ones and say how to go on
+                raise self._stopped_by_error(err, done) from None
             finally:
                 self.logger.close()
                 self.close()
@@ -365,6 +370,21 @@ class StarPOTrainer:
             )
         return f"{name}: stopped after step {done}; no step trained anything, nothing to save."
 
+    def _stopped_by_error(self, err: Exception, done: int) -> Exception:
+        """``err`` (a one-line user error that ends the run after step ``done``) with what
+        is on disk and the command that resumes: the steps trained since the last
+        checkpoint are saved first, never dropped (issue 55)."""
+        if self._trained_since_save and done > self._saved_step:
+            try:
+                note = f"Saved step {done} to {self.save_checkpoint(done)}."
+            except DiskFullError as failed:
+                return failed  # its message says what is intact and how to resume
+        elif self._saved_step:
+            note = f"Checkpoint {self.checkpoints.path_for(self._saved_step)} holds the weights."
+        else:
+            return err  # nothing trained: nothing to resume
+        return type(err)(f"{str(err).rstrip('.')}. {note} {self.resume_hint()}")
+
     def resume_hint(self) -> str:
         """The exact command that continues this run from its newest checkpoint."""
         if self.argv is None:
@@ -409,8 +429,6 @@ class StarPOTrainer:
 
     def save_checkpoint(self, step: int) -> Path:
         """Save ``step``; signals arriving meanwhile wait until the checkpoint is complete."""
-        from .checkpoint import DiskFullError
-
         with self.signals.saving():
             try:
                 path = self._write_checkpoint(step)
