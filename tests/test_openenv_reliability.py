@@ -1,5 +1,5 @@
-"""Issue 55's OpenEnv items replayed (docs/RELIABILITY.md, "The OpenEnv server and
-client"): the server gets ``ragen serve-env``'s protections (token, body limit, read
+"""Issue 55's OpenEnv items replayed (docs/RELIABILITY.md "The OpenEnv server and
+client, sizes, disks and the last config keys"): the server gets ``ragen serve-env``'s protections (token, body limit, read
 timeout, bounded sessions with an idle timeout, one-line errors), and ``env=openenv``
 fails clearly on a server that is not there, counts its failed episodes, refuses
 rewards that are no sane numbers and lets its process exit. Every server is local

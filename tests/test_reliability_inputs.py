@@ -1,5 +1,5 @@
-"""Issue 55's inputs outside OpenEnv, replayed (docs/RELIABILITY.md, "Sizes, disks and
-the last config keys"): numbers too big to read in a run's files, config keys that
+"""Issue 55's inputs outside OpenEnv, replayed (docs/RELIABILITY.md "The OpenEnv server
+and client, sizes, disks and the last config keys"): numbers too big to read in a run's files, config keys that
 slipped through validation (sizes past what the machine holds, container keys of the
 wrong shape, a documented key nobody read), TextWorld's NaN reward, the opponent's
 model folder, output folders on a full or read-only disk, and ``ragen sft``'s LoRA rank.
