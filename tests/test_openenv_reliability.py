@@ -247,13 +247,14 @@ def test_half_sent_requests_are_bounded_and_timed_out():
 
 def test_an_idle_session_is_closed_and_frees_its_slot():
     """The probe: idle WebSocket sessions held their slots past --episode-timeout."""
-    with OpenEnvServer("frozen_lake", max_sessions=1, episode_timeout=0.5) as server:
+    # 1 s: long enough that the second client surely meets the first one's session
+    with OpenEnvServer("frozen_lake", max_sessions=1, episode_timeout=1.0) as server:
         first = make("openenv", url=server.url, timeout=5)
         first.reset(0)
         second = make("openenv", url=server.url, timeout=5)
         second.reset(0)  # the one slot is taken
         assert second.truncated and "max_concurrent_envs" in second.env_error
-        time.sleep(1.0)  # the first session idles past the timeout: closed by the server
+        time.sleep(1.6)  # the first session idles past the timeout: closed by the server
         _, _, _, truncated, info = first.step("up")
         assert truncated and "1001" in info["env_error"]
         second.reset(0)

@@ -286,13 +286,15 @@ def one_line_errors(app: Any) -> None:
     app.add_exception_handler(RequestValidationError, validation_error)
 
 
-async def _send_json(send: Any, status: int, detail: str, close: bool = True) -> None:
-    """An HTTP answer ``{"detail": ...}`` (OpenEnv's, FastAPI's error shape); ``close``
-    ends the connection after it (a body may be left unread)."""
+async def _send_json(send: Any, status: int, detail: str) -> None:
+    """An HTTP error answer ``{"detail": ...}`` (OpenEnv's, FastAPI's error shape) that
+    ends the connection: the request's body may be left unread."""
     body = json.dumps({"detail": detail}).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    if close:
-        headers.append((b"connection", b"close"))
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+    ]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
