@@ -876,8 +876,8 @@ EPISODE_FLOOR_BYTES = 3_000
 #: a token an episode may hold costs at least its id in the batch's int64 tensor (the
 #: batch is padded to its longest episode, which may reach rollout.max_model_len)
 TOKEN_FLOOR_BYTES = 8
-#: a rollout worker or training rank is a Python process with torch and a model copy:
-#: 270 MB of resident memory measured with torch and transformers imported, no model
+#: a rollout worker or training rank is a Python process with torch, before its model
+#: copy: 270 MB resident measured with torch and transformers imported and no model yet
 PROCESS_FLOOR_BYTES = 250 * 2**20
 
 
