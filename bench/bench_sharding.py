@@ -5,6 +5,9 @@ Run from the repository root (needs the ``scale`` extra)::
 
     OMP_NUM_THREADS=1 .venv/bin/python -m bench.bench_sharding                 # tiny:base
     OMP_NUM_THREADS=1 .venv/bin/python -m bench.bench_sharding --ranks 1 2 --steps 1
+    # docs/SCALING.md's memory per rank (part 1 only, written to a results file):
+    OMP_NUM_THREADS=1 .venv/bin/python -m bench.bench_sharding --ranks 1 2 4 --steps 1 \
+        --ray-steps 0 --results bench/results/sharding_memory.json
 
 Part 1, the model phases of a step (what the ranks do: ``score_batch`` then ``update``;
 StarPO-S, actor + critic, 16 samples) on a fixed batch, for each rank count and
@@ -28,10 +31,13 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import os
 import platform
 import statistics
+import sys
 import time
+from pathlib import Path
 
 
 def _config(size: str, run_dir: str, seed: int, *extra: str):
@@ -112,6 +118,16 @@ def sharding_rows(ray, args) -> list[dict]:
                     "state_mb": max(state) / 1e6,
                     "peak_mb": max(m["peak_rss"] for m in memory) / 1e6,
                     "peak0_mb": memory[0]["peak_rss"] / 1e6,
+                    # every rank's own figures (rank 0 is the trainer's process)
+                    "per_rank": [
+                        {
+                            "weights_mb": m["weights"] / 1e6,
+                            "gradients_mb": m["gradients"] / 1e6,
+                            "optimizer_mb": m["optimizer"] / 1e6,
+                            "peak_rss_mb": m["peak_rss"] / 1e6,
+                        }
+                        for m in memory
+                    ],
                 }
             )
             r = rows[-1]
@@ -157,6 +173,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=2, help="timed steps per row")
     p.add_argument("--ray-steps", type=int, default=3, help="timed steps with/without Ray")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--results",
+        default=None,
+        help="also write the measurements to this JSON file (docs/SCALING.md's memory per "
+        "rank is read from bench/results/sharding_memory.json)",
+    )
     args = p.parse_args(argv)
 
     import ray
@@ -188,6 +210,24 @@ def main(argv: list[str] | None = None) -> None:
             f"| {r['ranks']} | {r['mode']} | {r['seconds']:.1f} | {1 / r['seconds']:.3f} "
             f"| {r['state_mb']:.0f} MB | {r['peak_mb']:.0f} MB |"
         )
+    if args.results:
+        from ragen.models.tiny import describe
+        from ragen.trainer.config import machine_memory
+
+        Path(args.results).parent.mkdir(parents=True, exist_ok=True)
+        payload = {
+            "command": "OMP_NUM_THREADS=1 .venv/bin/python -m bench.bench_sharding "
+            + " ".join(argv if argv is not None else sys.argv[1:]),
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
+            f"{(machine_memory() or 0) / 1e9:.0f} GB, shared with other jobs",
+            "workload": f"{describe(args.size)}, StarPO-S (actor + critic, fp32, AdamW), 16 "
+            f"samples, one minibatch; {args.steps} timed steps (score_batch + update) per "
+            "row after one untimed; peak RSS = Linux VmHWM over the timed steps",
+            "rows": rows,
+            **({"ray": extra} if extra else {}),
+        }
+        Path(args.results).write_text(json.dumps(payload, indent=2) + "\n")
+        print(f"\nwrote {args.results}")
     if extra:
         print(
             "\n| training step (nano, 4 groups x 4) | s |\n|---|---|\n"

@@ -14,11 +14,15 @@ are generated from ``RolloutConfig`` in ``ragen.agent.rollout_flags``.
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ragen.errors import UsageError
+from ragen.errors import DiskFullError, RagenError, RunDirError, UsageError
 
 _FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
@@ -115,9 +119,52 @@ def check_out_dir(path: str | Path, flag: str = "--out") -> Path:
         raise UsageError(
             f"{flag} {out}: cannot create it ({err.strerror or err}). Fix: choose a writable folder"
         ) from None
-    for folder in missing:  # deepest first
-        folder.rmdir()
+    probe = out / f".ragen-write-check-{os.getpid()}"
+    try:  # a folder that exists can still refuse files: read-only, or a full disk
+        with open(probe, "wb") as f:
+            f.write(b"x")
+            f.flush()
+    except OSError as err:
+        raise write_error(err, out, "anything", flag) from None
+    finally:
+        probe.unlink(missing_ok=True)
+        for folder in missing:  # deepest first
+            folder.rmdir()
     return out
+
+
+def write_error(err: OSError, out: str | Path, what: str, flag: str = "--out") -> RagenError:
+    """The one-line error for a write into the output folder ``out`` that failed: a full
+    disk (ENOSPC, a quota) is a :class:`DiskFullError`, anything else (read-only, no
+    permission) a :class:`RunDirError`, each naming the fix."""
+    reason = err.strerror or str(err)
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return DiskFullError(
+            f"{flag} {out}: disk full while writing {what} ({reason}); nothing half-written "
+            f"was left. Fix: free space on that disk, or another {flag} on a disk with room"
+        )
+    return RunDirError(
+        f"{flag} {out}: cannot write {what} ({reason}). Fix: choose a writable folder"
+    )
+
+
+@contextmanager
+def written_whole(path: Path, flag: str = "--out") -> Iterator[Any]:
+    """Write ``path`` (text) all or nothing: into ``path.tmp``, renamed over ``path`` once
+    complete. A write that fails (a full or read-only disk) removes the partial file and
+    raises :func:`write_error`'s one line: no empty or cut-off file is left where a reader
+    would take it for the result."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            yield f
+        os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise write_error(err, path.parent, path.name, flag) from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def add_env_config_flag(parser: Any) -> None:

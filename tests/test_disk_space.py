@@ -115,7 +115,26 @@ def test_rl_run_with_checkpoints_stops_before_the_first_step_without_room(
     assert "Traceback" not in err
     (line,) = [x for x in err.splitlines() if x.startswith("ragen train: error:")]
     assert "not enough disk space for one checkpoint (trainer.save_every=2)" in line
-    assert "trainer.save_every=0 (no checkpoints)" in line
+    assert "point trainer.run_dir at a disk with room" in line
     assert not (run / "metrics.jsonl").exists()  # no step ran
-    # without checkpoints the same run needs no room for them and trains
-    assert main(["train", *args, "trainer.save_every=0"]) == 0
+
+
+def test_rl_run_saving_only_at_the_end_checks_the_room_before_the_first_step(
+    tiny_model_dir, tmp_path, monkeypatch, capsys
+):
+    """Issue 55: trainer.save_every=0 still saves the last step, but the check before the
+    first step was skipped (and the message recommended save_every=0 as the way out): on
+    a full disk every step trained, then the final save failed and all was lost."""
+    run = tmp_path / "run"
+    args = _overrides(tiny_model_dir, run, "bandit", "grpo", steps=1)
+    _free(monkeypatch, 10_000)
+    assert main(["train", *args, "trainer.save_every=0"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    (line,) = [x for x in err.splitlines() if x.startswith("ragen train: error:")]
+    assert (
+        "not enough disk space for one checkpoint (trainer.save_every=0; 0 still saves the last step)"
+        in line
+    )
+    assert "save_every=0 (no" not in line  # no way out that is none
+    assert not (run / "metrics.jsonl").exists()  # no step ran

@@ -195,8 +195,23 @@ class _GarbageHandler(BaseHTTPRequestHandler):
             json.dumps(
                 {"observation": "x", "reward": "1", "terminated": False, "truncated": False}
             ).encode(),
-            "'reward' is not a finite number",
+            "the reward is not a number",
         ),
+        *[  # issue 55: NaN and 1e308 (whose sums overflow) are refused, never passed on
+            (
+                json.dumps(
+                    {
+                        "observation": "x",
+                        "reward": value,
+                        "terminated": False,
+                        "truncated": False,
+                        "info": {},
+                    }  # fmt: skip
+                ).encode(),
+                reason,
+            )
+            for value, reason in ((float("nan"), "not a finite number"), (1e308, "beyond +-1e+06"))
+        ],
         (
             json.dumps(
                 {"observation": "x", "reward": 0, "terminated": 0, "truncated": False, "info": {}}

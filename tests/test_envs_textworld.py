@@ -149,3 +149,19 @@ def test_train_two_steps(tiny_model_dir, tmp_path, cache):
     assert main([*args, *extra]) == 0
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2] and "val/success_rate" in rows[-1]
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-0.5", "abc"])
+def test_a_weight_that_is_no_finite_number_is_refused_in_one_line(value, tmp_path, capsys):
+    """Issue 55: `intermediate_reward=nan` was accepted, every reward became NaN and eval
+    crashed in group_reward_std. The env refuses it (before TextWorld is imported)."""
+    from ragen.cli import main
+    from ragen.errors import EnvOptionError
+
+    with pytest.raises(EnvOptionError, match="must be a finite number >= 0"):
+        make("textworld", intermediate_reward=float(value) if value != "abc" else value)
+    code = main(["eval", "--model", "oracle", "--env", "textworld", "--n", "2", "--out",
+                 str(tmp_path), "--env-config", f"intermediate_reward={value}"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert "intermediate_reward" in err and "Fix: e.g. intermediate_reward=0.1" in err

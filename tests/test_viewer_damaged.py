@@ -140,3 +140,25 @@ def test_a_damaged_run_in_a_folder_of_runs(tmp_path, capsys):
         "left; no page written",
     ]
     assert (site / "sokoban" / "rl" / "step_000002.html").exists()
+
+
+def test_a_number_of_4301_digits(run, capsys):
+    """Issue 55: one integer of more than 4,300 digits in metrics.jsonl (Python refuses
+    to read it) crashed `ragen view`; one past the float range (400 digits) crashed the
+    charts. Both now read as the overflow they are (inf), and the site is built."""
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"step": 5, "rollout/reward_mean": ' + "9" * 4301 + "}\n")
+        f.write('{"step": 6, "rollout/reward_mean": -' + "9" * 400 + "}\n")
+    path = run / "trajectories" / "step_000001.jsonl"
+    record = json.loads(path.read_text().splitlines()[0])
+    with open(path, "a") as f:
+        f.write(
+            json.dumps({**record, "episode_id": 999}).replace(
+                '"episode_id": 999', '"episode_id": ' + "9" * 4301
+            )
+            + "\n"
+        )
+    status, skipped, site = _view(run, capsys)
+    assert status == 0 and skipped == []
+    assert "id=curves" in (site / "index.html").read_text()
+    assert len(read_data_file(site / "data" / "step_000001.js")[1]["episodes"]) == 17

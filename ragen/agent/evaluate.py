@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from ragen.cli_utils import write_error, written_whole
 from ragen.engines.hf_vlm import engine_for  # HFEngine, or HFVLMEngine for a VLM
 from ragen.engines.openai_api import OpenAIChatEngine
 from ragen.errors import UsageError
@@ -379,16 +380,23 @@ def write_results(
     out = Path(out_dir).expanduser()
     if out.exists() and not out.is_dir():
         raise UsageError(f"{out} exists and is not a folder. Fix: choose another --out")
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "trajectories.jsonl", "w", encoding="utf-8") as f:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise write_error(err, out, "the folder") from None
+    # each file whole or not at all: a full or read-only disk is one line, never a 0-byte
+    # trajectories.jsonl left behind (cli_utils.written_whole)
+    with written_whole(out / "trajectories.jsonl") as f:
         for samples in episodes_of(trajectories):
             record = samples[0].to_json()
             record.pop("turn_rewards", None)  # per sample; the episode's are in turns[*].reward
             record.pop("turn_ends", None)
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
     payload = {"metrics": metrics, "settings": settings}
-    (out / "metrics.json").write_text(json.dumps(payload, indent=2, default=str) + "\n")
-    (out / "results.md").write_text(results_markdown(metrics, settings), encoding="utf-8")
+    with written_whole(out / "metrics.json") as f:
+        f.write(json.dumps(payload, indent=2, default=str) + "\n")
+    with written_whole(out / "results.md") as f:
+        f.write(results_markdown(metrics, settings))
     return out
 
 

@@ -20,13 +20,23 @@ from ragen.engines.hf_vlm import engine_for
 from ragen.models import load_policy
 
 from . import prompts
+from .evaluate import find_training_run
 from .reasoning import check_format, parse_reply
+
+
+def model_folder(model: str) -> str:
+    """What to load for ``model``, as ``ragen eval --model`` reads it: a run folder (its
+    newest checkpoint's actor), a checkpoint folder (``RUN/checkpoints/step_N``: its
+    actor) or its actor folder; anything else (a model folder, a hub id) as it is. Only
+    ``step_N/actor`` loaded before (issue 55), where docs/ENVIRONMENTS.md promised all."""
+    run = find_training_run(model)
+    return run.model if run is not None else model
 
 
 @functools.lru_cache(maxsize=4)
 def _load(model: str) -> tuple[Any, Any]:
     """``(engine, tokenizer)`` of ``model``, loaded once per process."""
-    lm, tokenizer = load_policy(model)
+    lm, tokenizer = load_policy(model_folder(model))
     return engine_for(lm, tokenizer), tokenizer
 
 

@@ -183,7 +183,9 @@ class _ActionPolicy(Policy):
 def _random_action(env: Env, rng: random.Random) -> str:
     try:
         return env.random_action(rng)
-    except NotImplementedError:
+    except NotImplementedError as err:
+        if "Fix:" in str(err):  # the env knows the real fix (an OpenEnv server's actions)
+            raise UsageError(str(err)) from None
         raise UsageError(
             f"environment {type(env).__name__} has no random_action(); the random policy "
             "(and oracle epsilon) need one. Fix: --model oracle with --epsilon 0"

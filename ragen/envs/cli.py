@@ -31,7 +31,7 @@ from typing import Any, TextIO
 import yaml
 
 from ragen.cli_utils import parse_key_values
-from ragen.errors import EnvConfigError, MissingDependencyError, RagenError, UsageError
+from ragen.errors import EnvConfigError, MissingDependencyError, RagenError
 
 from . import config_keys, derive_seed, make, names, spec
 from .checker import check_plugin
@@ -129,7 +129,11 @@ def add_parser(subparsers: Any) -> None:
         help="env config override (YAML value), e.g. --set size=9",
     )
     serve.add_argument(
-        "--max-episodes", type=int, default=4096, help="episodes held at once (LRU eviction)"
+        "--max-episodes",
+        type=int,
+        default=4096,
+        help="episodes held at once (ragen: the least recently used is dropped for a new "
+        "one; openenv: WebSocket sessions, a new one beyond is refused)",
     )
     serve.add_argument("--quiet", action="store_true", help="do not log every request")
     serve.add_argument(
@@ -149,7 +153,8 @@ def add_parser(subparsers: Any) -> None:
         "--max-threads",
         type=int,
         default=128,
-        help="requests served at once; more are answered 503 (busy) at once",
+        help="requests served at once (openenv: HTTP connections open at once); more are "
+        "answered 503 (busy) at once",
     )
     serve.add_argument(
         "--episode-timeout",
@@ -261,45 +266,24 @@ def cmd_play(args: argparse.Namespace) -> int:
 
 
 def cmd_serve_env(args: argparse.Namespace) -> int:
-    import errno
-    import socket
-
     config = parse_overrides(args.overrides)
     make_from_cli(args.env, config).close()  # a bad option: one line, before binding
     check_plugin(args.env, config)  # a user's own env: checked before it is served
-    if args.protocol == "openenv":
-        serve_openenv(args.env, config, args.host, args.port, args.max_episodes, args.quiet)
-        return 0
-    try:
-        serve(
-            args.env,
-            config,
-            args.host,
-            args.port,
-            args.max_episodes,
-            quiet=args.quiet,
-            token=args.token,
-            read_timeout=args.read_timeout,
-            max_threads=args.max_threads,
-            episode_timeout=args.episode_timeout,
-        )
-    except socket.gaierror as err:
-        raise UsageError(
-            f"--host {args.host!r} is not an address of this machine ({err.strerror}). "
-            "Fix: --host 127.0.0.1 (this machine) or --host 0.0.0.0 (all interfaces)"
-        ) from None
-    except OSError as err:
-        if err.errno == errno.EADDRINUSE:
-            raise UsageError(
-                f"port {args.port} on {args.host} is already in use (another `ragen "
-                "serve-env`?). Fix: another --port, or --port 0 for any free port"
-            ) from None
-        if err.errno in (errno.EACCES, errno.EADDRNOTAVAIL):
-            raise UsageError(
-                f"cannot listen on {args.host}:{args.port} ({err.strerror}). Fix: a port "
-                "above 1023 and an address of this machine, e.g. --host 127.0.0.1 --port 8765"
-            ) from None
-        raise
+    # both protocols take the same limits; a bad one, a port in use or a host that is not
+    # this machine's is a one-line UsageError (ragen.envs.serving)
+    run = serve_openenv if args.protocol == "openenv" else serve
+    run(
+        args.env,
+        config,
+        args.host,
+        args.port,
+        args.max_episodes,
+        quiet=args.quiet,
+        token=args.token,
+        read_timeout=args.read_timeout,
+        max_threads=args.max_threads,
+        episode_timeout=args.episode_timeout,
+    )
     return 0
 
 

@@ -24,12 +24,28 @@ WebSocket session per client. Each ``OpenEnvEnv`` is one such session, opened wi
 * **reference policies**: a ragen server's oracle (read from its ``state``) and
   vocabulary; for other servers ``action_names`` may name a vocabulary for the random
   policy.
-* **failures end episodes, not runs**: an unreachable server, a timeout or a server
-  error truncates the episode (``info["remote_error"]``, a logged warning), as the
-  ``remote`` env does; a failed reset gives an episode that is truncated from the start.
-  A server full of sessions says so, with the fix: OpenEnv servers hold one session per
-  client (default 1), and a run holds one per env (``rollout.env_groups x
-  group_size`` plus validation).
+* **a server that is not there stops a run before it starts**: the env manager calls
+  :meth:`OpenEnvEnv.check_available` once (``GET /schema``, OpenEnv's own endpoint):
+  nothing listening, something that is no OpenEnv server (garbage, another protocol,
+  ``ragen serve-env`` without ``--protocol openenv``) or a refused token is a one-line
+  :class:`~ragen.errors.EnvUnavailableError` naming the fix, never a run on
+  "(OpenEnv environment unavailable)" prompts.
+* **failures end episodes, and too many end the run**: an unreachable server, a timeout,
+  a server error or a reward that is not a finite number within +-1e6 (``nan``, ``1e308``:
+  ``ragen.envs.serving.check_reward``) truncates the episode with the reason in
+  ``env.env_error``, ``info["env_error"]``/``info["remote_error"]`` and a logged warning,
+  as the ``remote`` env does; a failed reset gives an episode that is truncated from the
+  start. The rollout counts such episodes (``rollout/env_error_rate``); more than
+  ``rollout.max_env_error_share`` of a batch stops the run with the reason. A server
+  full of sessions says so, with the fix: OpenEnv servers hold one session per client
+  (default 1), and a run holds one per env (``rollout.env_groups x group_size`` plus
+  validation).
+* **a token**: ``token`` (default: the ``RAGEN_ENV_TOKEN`` environment variable) is sent
+  as ``Authorization: Bearer`` on every request and the WebSocket handshake
+  (``ragen serve-env --protocol openenv --token``).
+* **sessions end with the process**: open sessions are closed at exit (``atexit``),
+  while threads can still run; a session left to the garbage collector at interpreter
+  shutdown is dropped without a goodbye (closing it there started a thread and hung).
 
 ``copy.deepcopy(env)`` (the oracle's multi-action lookahead) opens a new session and
 replays the episode's actions from its seed (exact for a seeded, deterministic server
@@ -38,20 +54,26 @@ and for ragen servers, whose dynamics follow ``rng_seed``).
 
 from __future__ import annotations
 
+import atexit
+import http.client
 import importlib
 import json
 import logging
 import random
+import sys
+import urllib.error
 import urllib.request
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from ragen.errors import EnvConfigError
+from ragen.errors import EnvConfigError, EnvOptionError, EnvUnavailableError
 
 from .base import Env, StepResult, make_info
 from .openenv_server import PROTOCOL, import_openenv
+from .serving import TOKEN_ENV, auth_headers, check_reward, resolve_token
 
 log = logging.getLogger(__name__)
 _IGNORED_FIELDS = ("metadata",)
@@ -99,12 +121,50 @@ def observation_text(observation: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _get_json(url: str, timeout: float) -> dict[str, Any]:
-    with urllib.request.urlopen(url, timeout=timeout) as response:
+def _get_json(url: str, timeout: float, token: str | None = None) -> dict[str, Any]:
+    request = urllib.request.Request(url, headers=auth_headers(token))
+    with urllib.request.urlopen(request, timeout=timeout) as response:
         reply = json.loads(response.read())
     if not isinstance(reply, dict):
         raise ValueError(f"{url} did not answer with a JSON object")
     return reply
+
+
+#: the sessions open in this process, closed at exit while threads still run
+_OPEN: weakref.WeakSet[OpenEnvEnv] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_sessions() -> None:
+    for env in list(_OPEN):
+        env.close()
+
+
+def _client_class(token: str | None) -> type:
+    """openenv-core's ``GenericEnvClient``; with a token, one that sends it on the
+    WebSocket handshake (openenv-core's own ``connect`` takes no headers)."""
+    from openenv.core import GenericEnvClient
+
+    if token is None:
+        return GenericEnvClient
+    from websockets.asyncio.client import connect as ws_connect
+
+    class TokenClient(GenericEnvClient):
+        async def connect(self) -> Any:
+            if self._ws is None:
+                try:
+                    self._ws = await ws_connect(
+                        self._ws_url,
+                        open_timeout=self._connect_timeout,
+                        max_size=self._max_message_size,
+                        additional_headers=auth_headers(token),
+                        proxy=None,  # a local or named server, never through a proxy
+                    )
+                except Exception as err:  # noqa: BLE001 - as openenv-core's connect says it
+                    raise ConnectionError(f"Failed to connect to {self._ws_url}: {err}") from err
+            return self
+
+    return TokenClient
 
 
 class OpenEnvEnv(Env):
@@ -124,6 +184,9 @@ class OpenEnvEnv(Env):
         max_steps: steps before the client truncates the episode (None: the server ends it).
         timeout: seconds to connect and to wait for each reply.
         reset_kwargs: extra keyword arguments of the server's ``reset``.
+        token: the server's token (``ragen serve-env --protocol openenv --token``), sent
+            as ``Authorization: Bearer``; default: the ``RAGEN_ENV_TOKEN`` environment
+            variable (which keeps it out of the run's config.yaml).
     """
 
     description = "Any OpenEnv environment server by URL (url=http://HOST:PORT; ragen[openenv])"
@@ -142,6 +205,7 @@ class OpenEnvEnv(Env):
         max_steps: int | None = None,
         timeout: float = 30.0,
         reset_kwargs: dict[str, Any] | None = None,
+        token: str | None = None,
     ) -> None:
         super().__init__()
         if url is None:
@@ -151,9 +215,11 @@ class OpenEnvEnv(Env):
             )
         url = str(url).rstrip("/")
         if not url.startswith(("http://", "https://", "ws://", "wss://")):
-            raise ValueError(f"url={url!r} is not an address. Fix: url=http://HOST:PORT")
+            raise EnvOptionError(f"url={url!r} is not an address. Fix: url=http://HOST:PORT")
         if not timeout > 0 or (max_steps is not None and max_steps < 1):
-            raise ValueError(f"timeout={timeout} must be > 0 and max_steps={max_steps} >= 1")
+            raise EnvOptionError(
+                f"timeout={timeout} must be > 0 and max_steps={max_steps} >= 1 (or null)"
+            )
         import_openenv()  # a missing package fails here, naming the extra
         self.url = url.replace("ws://", "http://", 1).replace("wss://", "https://", 1)
         self.action_field = action_field
@@ -170,12 +236,14 @@ class OpenEnvEnv(Env):
             "max_steps": max_steps,
             "timeout": timeout,
             "reset_kwargs": reset_kwargs,
+            "token": token,
         }
         self._instructions = instructions
         self._action_names = list(action_names) if action_names else None
         self.success_reward, self.max_steps = float(success_reward), max_steps
         self.timeout = float(timeout)
         self.reset_kwargs = dict(reset_kwargs or {})
+        self.token = resolve_token(token)
         self._client: Any = None
         self._metadata: dict[str, Any] | None = None
         self._ragen = False  # the server serves a ragen env (its observations say so)
@@ -185,19 +253,58 @@ class OpenEnvEnv(Env):
         self._rng_seed: int | None = None
         self._history: list[str] = []
         self._steps = 0
-        self.error: str | None = None
+
+    @property
+    def error(self) -> str | None:
+        """Why the current episode failed, if it did (``env_error``)."""
+        return self.env_error
 
     # -- the session ------------------------------------------------------------------------
     def _session(self) -> Any:
         if self._client is None:
-            from openenv.core import GenericEnvClient
-
-            client = GenericEnvClient(
+            client = _client_class(self.token)(
                 base_url=self.url, connect_timeout_s=self.timeout, message_timeout_s=self.timeout
             ).sync()
+            self._client = client  # set first: a failed connect still closes its thread
+            _OPEN.add(self)
             client.connect()
-            self._client = client
         return self._client
+
+    def check_available(self) -> None:
+        """Raise :class:`~ragen.errors.EnvUnavailableError` unless an OpenEnv server
+        answers ``GET /schema`` (with the token, if any) with its action schema."""
+        where = f"the OpenEnv environment at {self.url}"
+        start = (
+            "Fix: start it (`ragen serve-env NAME --protocol openenv --port PORT` for a "
+            "ragen env) and pass its address as env.config.url (ragen train) or "
+            "--env-config url=... (ragen eval)"
+        )
+        try:
+            schema = _get_json(self.url + "/schema", self.timeout, self.token)
+        except urllib.error.HTTPError as err:
+            if err.code == 401:
+                raise EnvUnavailableError(
+                    f"{where} refused this client (HTTP 401: missing or wrong token). Fix: "
+                    f"the server's token in the {TOKEN_ENV} environment variable (or "
+                    "env.config.token / --env-config token=...)"
+                ) from None
+            raise EnvUnavailableError(
+                f"{where} answered GET /schema with HTTP {err.code}: it is no OpenEnv "
+                "server (a `ragen serve-env` without --protocol openenv is env=remote). " + start
+            ) from None
+        except (http.client.HTTPException, ValueError, UnicodeDecodeError) as err:
+            raise EnvUnavailableError(
+                f"{where} answered GET /schema with something that is not OpenEnv's JSON "
+                f"({type(err).__name__}: {str(err)[:60]!r}): it is no OpenEnv server. {start}"
+            ) from None
+        except OSError as err:  # refused, unreachable, timed out (URLError is one)
+            reason = getattr(err, "reason", err)
+            raise EnvUnavailableError(f"{where} is unavailable ({reason}). {start}") from None
+        if not isinstance(schema.get("action"), dict):
+            raise EnvUnavailableError(
+                f"{where} answered GET /schema without an action schema: it is no OpenEnv "
+                f"server. {start}"
+            )
 
     def _call(self, what: str, fn: Callable[[Any], Any]) -> Any:
         """``fn(client)``, with every failure as an :class:`OpenEnvError` naming ``what``;
@@ -222,15 +329,25 @@ class OpenEnvEnv(Env):
             raise OpenEnvError(f"{what}: {message}") from None
 
     def _drop_session(self) -> None:
+        """Close the session. openenv-core's sync client runs its socket on a thread of
+        its own; closing a client whose thread is gone would start a new one, which hangs
+        at interpreter shutdown (issue 55: ``ragen train env=openenv`` never exited), so
+        such a client, or any at shutdown, is dropped without a goodbye (the server's
+        idle timeout and the closed socket end the session there)."""
         client, self._client = self._client, None
-        if client is not None:
-            try:
-                client.close()
-            except Exception:  # noqa: BLE001 - the session is gone already
-                pass
+        _OPEN.discard(self)
+        if client is None:
+            return
+        thread = getattr(client, "_loop_thread", None)
+        if sys.is_finalizing() or thread is None or not thread.is_alive():
+            return
+        try:
+            client.close()
+        except Exception:  # noqa: BLE001 - the session is gone already
+            pass
 
     def _fail(self, where: str, reason: str) -> None:
-        self.error = reason
+        self.env_error = reason
         log.warning(
             "openenv env %s: episode (seed %s) ends truncated at %s: %s",
             self.url,
@@ -243,8 +360,8 @@ class OpenEnvEnv(Env):
         """The server's ``GET /metadata`` (``{}`` when it has none)."""
         if self._metadata is None:
             try:
-                self._metadata = _get_json(self.url + "/metadata", self.timeout)
-            except (OSError, ValueError) as err:
+                self._metadata = _get_json(self.url + "/metadata", self.timeout, self.token)
+            except (OSError, ValueError, http.client.HTTPException) as err:
                 log.warning("openenv env %s: /metadata failed: %s", self.url, err)
                 self._metadata = {}
         return self._metadata
@@ -253,8 +370,8 @@ class OpenEnvEnv(Env):
         """The action's string field: ``action_field``, or the one in ``GET /schema``."""
         if self.action_field is None:
             try:
-                schema = _get_json(self.url + "/schema", self.timeout)["action"]
-            except (OSError, ValueError, KeyError) as err:
+                schema = _get_json(self.url + "/schema", self.timeout, self.token)["action"]
+            except (OSError, ValueError, KeyError, http.client.HTTPException) as err:
                 raise OpenEnvError(f"/schema: cannot read the action schema ({err})") from None
             props = {
                 k: v
@@ -277,7 +394,7 @@ class OpenEnvEnv(Env):
         return super().reset(seed, rng_seed)
 
     def _reset(self, seed: int) -> None:
-        self.error, self._history, self._steps = None, [], 0
+        self._history, self._steps = [], 0
         kwargs = {"seed": int(seed), **self.reset_kwargs}
         if self._rng_seed is not None:
             kwargs["rng_seed"] = int(self._rng_seed)
@@ -301,7 +418,8 @@ class OpenEnvEnv(Env):
         if self._client is None:  # the session broke (a failed state call): never step a
             reason = self.error or "the session to the server was lost"  # fresh one blind
             self._fail("step", reason)
-            return self._obs, 0.0, False, True, make_info(False, False, False, remote_error=reason)
+            info = make_info(False, False, False, remote_error=reason, env_error=reason)
+            return self._obs, 0.0, False, True, info
         try:
             payload = self._payload(action)
             result = self._call("step", lambda client: client.step(payload))
@@ -312,17 +430,20 @@ class OpenEnvEnv(Env):
                 info = make_info(False, False, False, reason=str(err))
                 return self._obs, 0.0, False, False, info
             self._fail("step", str(err))
-            return (
-                self._obs,
-                0.0,
-                False,
-                True,
-                make_info(False, False, False, remote_error=str(err)),
-            )
+            info = make_info(False, False, False, remote_error=str(err), env_error=str(err))
+            return self._obs, 0.0, False, True, info
         obs = dict(result.observation or {})
-        reward = float(result.reward or 0.0)
-        if not np.isfinite(reward):
-            reward = 0.0
+        try:  # None is OpenEnv's "no reward"; NaN or 1e308 is a broken server
+            if result.reward is None and self._ragen:  # a ragen env always pays a number:
+                raise ValueError(  # openenv-core sends a NaN or infinite one as null
+                    "step: the ragen server sent no reward (null): its env paid a NaN or "
+                    "infinite one"
+                )
+            reward = 0.0 if result.reward is None else check_reward(result.reward, "step")
+        except ValueError as err:
+            self._fail("step", str(err))
+            info = make_info(False, False, False, remote_error=str(err), env_error=str(err))
+            return self._text(obs), 0.0, False, True, info
         self._obs = self._text(obs)
         if self._ragen:
             info = dict(obs.get("info") or {})
@@ -414,8 +535,11 @@ class OpenEnvEnv(Env):
         names = self.action_names
         if not names:
             raise NotImplementedError(
-                "this OpenEnv server names no action vocabulary; give one with "
-                "env.config.action_names=[...] for the random policy"
+                f"the OpenEnv server at {self.url} names no action vocabulary and has no "
+                "oracle (only a ragen server has), so no action can be drawn for the random "
+                "policy, oracle epsilon or an oracle without an answer. Fix: name its "
+                "actions: --env-config 'action_names=[a,b,c]' (ragen eval) or "
+                "env.config.action_names=[a,b,c] (ragen train)"
             )
         return rng.choice(names)
 
@@ -440,5 +564,5 @@ class OpenEnvEnv(Env):
     def __del__(self) -> None:
         try:
             self._drop_session()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
+        except Exception:  # noqa: BLE001 - a half-built instance, interpreter shutdown
             pass

@@ -25,8 +25,9 @@ cause; a critic bootstraps), with the reason in ``env.env_error``,
 ``ragen.envs.remote``). A failed reset gives an episode that is over before its first
 turn (nothing of it is trained on). The rollout counts such episodes; more than
 ``rollout.max_env_error_share`` of a batch stops the run with an ``EnvUnavailableError``.
-An exception of the served env itself ends the episode as truncated on the server
-(``Env.step``), exactly as it does locally. Other calls degrade: no oracle action (None),
+A reward that is no finite number within +-1e6 (``ragen.envs.serving.check_reward``)
+counts as such a failure. An exception of the served env itself ends the episode as
+truncated on the server (``Env.step``), exactly as it does locally. Other calls degrade: no oracle action (None),
 no facts, potential 0. A step carries the client's step counter ``t``, so a retried
 request (``retries``, on connection errors only) is never applied twice.
 """
@@ -38,7 +39,6 @@ import http.client
 import json
 import logging
 import math
-import os
 import random
 import time
 import urllib.error
@@ -51,7 +51,8 @@ from ragen.errors import EnvConfigError, EnvOptionError, EnvUnavailableError
 
 from .base import Env, StepResult, make_info
 from .facts import Fact
-from .server import PROTOCOL_VERSION, TOKEN_ENV
+from .server import PROTOCOL_VERSION
+from .serving import TOKEN_ENV, auth_headers, check_reward, resolve_token
 
 log = logging.getLogger(__name__)
 #: attempts after a 503 (the server's request threads all busy), backing off
@@ -109,7 +110,7 @@ class RemoteEnv(Env):
             )
         self.url, self.timeout = url, float(timeout)
         self.retries, self.retry_wait = int(retries), float(retry_wait)
-        self.token = token or os.environ.get(TOKEN_ENV) or None
+        self.token = resolve_token(token)
         self.episode_id: str | None = None
         self._meta: dict[str, Any] | None = None  # the server's /info
         self._reset_reply: dict[str, Any] = {}
@@ -127,8 +128,8 @@ class RemoteEnv(Env):
             method="GET" if body is None else "POST",
             headers={"Content-Type": "application/json"},
         )
-        if self.token is not None:
-            request.add_header("Authorization", f"Bearer {self.token}")
+        for key, value in auth_headers(self.token).items():
+            request.add_header(key, value)
         attempt = busy = 0
         while True:
             try:
@@ -419,12 +420,10 @@ def _check_step_reply(reply: dict[str, Any]) -> StepResult:
     terminated, truncated, info = reply.get("terminated"), reply.get("truncated"), reply.get("info")
     if not isinstance(obs, str):
         raise RemoteEnvError("/step: 'observation' is not a string")
-    if (
-        isinstance(reward, bool)
-        or not isinstance(reward, (int, float))
-        or not math.isfinite(reward)
-    ):
-        raise RemoteEnvError(f"/step: 'reward' is not a finite number: {reward!r}")
+    try:  # NaN, a string, or 1e308 (whose sums overflow to inf): a broken server
+        reward = check_reward(reward, "/step")
+    except ValueError as err:
+        raise RemoteEnvError(str(err)) from None
     if not isinstance(terminated, bool) or not isinstance(truncated, bool):
         raise RemoteEnvError("/step: 'terminated'/'truncated' are not booleans")
     if not isinstance(info, dict) or any(k not in info for k in REQUIRED_INFO_KEYS):

@@ -46,16 +46,14 @@ episodes are held (the least recently used one is dropped to make room) and an e
 nobody touched for ``episode_timeout`` seconds is dropped (a client that died without
 ``/close``). ``token``: every request must then carry ``Authorization: Bearer <token>``
 (``ragen serve-env --token``, or the ``RAGEN_ENV_TOKEN`` environment variable on both
-sides); serve beyond localhost only with one.
+sides); serve beyond localhost only with one. These rules, and their messages, are
+:mod:`ragen.envs.serving`'s, which the OpenEnv server enforces too.
 """
 
 from __future__ import annotations
 
 import base64
-import hmac
-import ipaddress
 import json
-import os
 import random
 import socket
 import threading
@@ -67,16 +65,31 @@ from typing import Any
 
 import numpy as np
 
-from ragen.errors import UsageError
-
 from .base import Env
 from .facts import Fact
 from .registry import make
+from .serving import (
+    BODY_TOO_LARGE,
+    BUSY,
+    MAX_BODY_BYTES,
+    TOKEN_ENV,
+    UNAUTHORIZED,
+    RequestError,
+    ServerLimits,
+    authorized,
+    bind_errors,
+    http_url,
+    int_field,
+    is_loopback,
+    read_timeout_text,
+    resolve_token,
+    warn_if_exposed,
+)
 
 PROTOCOL_VERSION = 1
-MAX_BODY_BYTES = 1 << 20
-#: the environment variable a token is read from (server and client) when none is given
-TOKEN_ENV = "RAGEN_ENV_TOKEN"
+# re-exported: the clients and tests know them from here
+__all__ = ["EnvServer", "EnvService", "RequestError", "TOKEN_ENV", "MAX_BODY_BYTES", "serve",
+           "is_loopback", "PROTOCOL_VERSION"]  # fmt: skip
 CALL_METHODS = (
     "oracle_action",
     "random_action",
@@ -87,14 +100,6 @@ CALL_METHODS = (
     "snapshot",
     "clone",
 )
-
-
-class RequestError(Exception):
-    """A request the server answers with an HTTP error status."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 class _Episode:
@@ -187,10 +192,8 @@ class EnvService:
             return episode
 
     def reset(self, body: dict[str, Any]) -> dict[str, Any]:
-        seed = _int_field(body, "seed")
-        rng_seed = body.get("rng_seed")
-        if rng_seed is not None and not isinstance(rng_seed, int):
-            raise RequestError(400, "rng_seed must be an integer or null")
+        seed = int_field(body, "seed")
+        rng_seed = int_field(body, "rng_seed", required=False)
         episode_id = body.get("episode_id")
         with self._lock:
             known = episode_id is not None and str(episode_id) in self._episodes
@@ -246,7 +249,7 @@ class EnvService:
             if method == "oracle_action":
                 return {"result": env.oracle_action()}
             if method == "random_action":
-                return {"result": env.random_action(random.Random(_int_field(args, "seed")))}
+                return {"result": env.random_action(random.Random(int_field(args, "seed")))}
             if method == "render":
                 mode = args.get("mode", "text")
                 out = env.render(mode)
@@ -273,13 +276,6 @@ class EnvService:
         if episode is not None:
             episode.env.close()
         return {"ok": True}
-
-
-def _int_field(body: dict[str, Any], key: str) -> int:
-    value = body.get(key)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise RequestError(400, f"{key} must be an integer")
-    return value
 
 
 def _jsonable(value: Any) -> Any:
@@ -362,14 +358,12 @@ def _handler(
                 raise RequestError(400, f"Content-Length {text!r} is not a byte count")
             if length > MAX_BODY_BYTES:
                 self.close_connection = True
-                raise RequestError(413, f"request body over {MAX_BODY_BYTES} bytes")
+                raise RequestError(413, BODY_TOO_LARGE)
             try:
                 raw = self.rfile.read(length)
             except TimeoutError:
                 self.close_connection = True
-                raise RequestError(
-                    408, f"the body did not arrive within {read_timeout:g}s"
-                ) from None
+                raise RequestError(408, read_timeout_text(read_timeout)) from None
             if len(raw) < length:
                 self.close_connection = True
                 raise RequestError(
@@ -378,13 +372,10 @@ def _handler(
             return raw
 
         def _authorized(self) -> bool:
-            if token is None:
-                return True
-            sent = self.headers.get("Authorization", "")
-            if hmac.compare_digest(sent.encode(), f"Bearer {token}".encode()):
+            if authorized(self.headers.get("Authorization"), token):
                 return True
             self.close_connection = True  # an unread body may follow
-            self._reply(401, {"error": "missing or wrong token (Authorization: Bearer ...)"})
+            self._reply(401, {"error": UNAUTHORIZED})
             return False
 
         def _reply(self, status: int, payload: dict[str, Any]) -> None:
@@ -404,7 +395,7 @@ def _handler(
     return Handler
 
 
-_BUSY = json.dumps({"error": "server busy: every request thread is in use; retry"}).encode()
+_BUSY = json.dumps({"error": BUSY}).encode()
 
 
 class _Server(ThreadingHTTPServer):
@@ -418,6 +409,8 @@ class _Server(ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int], handler: type, max_threads: int) -> None:
         self._slots = threading.BoundedSemaphore(max_threads)
+        # IPv6 hosts too (--host ::1); an unknown host is a gaierror the caller reports
+        self.address_family = socket.getaddrinfo(*address, type=socket.SOCK_STREAM)[0][0]
         super().__init__(address, handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
@@ -456,16 +449,6 @@ class _Server(ThreadingHTTPServer):
             self.shutdown_request(request)
 
 
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` only accepts connections from this machine."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 class EnvServer:
     """A running HTTP server for one env (``with EnvServer("sokoban") as server: server.url``).
 
@@ -486,22 +469,19 @@ class EnvServer:
         max_threads: int = 128,
         episode_timeout: float = 3600.0,
     ) -> None:
-        if not read_timeout > 0 or not episode_timeout > 0 or max_threads < 1:
-            raise UsageError(
-                f"read_timeout={read_timeout} and episode_timeout={episode_timeout} must be "
-                f"> 0 and max_threads={max_threads} >= 1"
-            )
+        limits = ServerLimits(read_timeout, max_threads, max_episodes, episode_timeout)
+        limits.check_descriptors(per_episode=False)  # episodes hold no connection here
         self.service = EnvService(name, config, max_episodes, episode_timeout)
         token = token or None
         handler = _handler(self.service, quiet, token, float(read_timeout))
-        self.httpd = _Server((host, port), handler, int(max_threads))
+        with bind_errors(host, port):
+            self.httpd = _Server((host, port), handler, int(max_threads))
         self.token = token
         self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
-        host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return http_url(*self.httpd.server_address[:2])
 
     def serve_forever(self) -> None:
         self.httpd.serve_forever(poll_interval=0.05)
@@ -537,8 +517,9 @@ def serve(
     episode_timeout: float = 3600.0,
 ) -> None:
     """Serve ``name`` until interrupted (``ragen serve-env``). ``token`` defaults to the
-    ``RAGEN_ENV_TOKEN`` environment variable."""
-    token = token or os.environ.get(TOKEN_ENV) or None
+    ``RAGEN_ENV_TOKEN`` environment variable. A bad limit, a port in use or a host that
+    is not this machine's is a one-line :class:`~ragen.errors.UsageError`."""
+    token = resolve_token(token)
     server = EnvServer(
         name, config, host, port, max_episodes, quiet, token, read_timeout, max_threads,
         episode_timeout,
@@ -548,13 +529,7 @@ def serve(
         "Ctrl-C stops",
         flush=True,
     )
-    if token is None and not is_loopback(host):
-        print(
-            f"warning: {host} is reachable from other machines and no token is set: anyone "
-            f"who reaches {server.url} can play and close episodes. Fix: --token SECRET (or "
-            f"{TOKEN_ENV}=SECRET) here and in the client's environment",
-            flush=True,
-        )
+    warn_if_exposed(host, token, server.url)
     started = time.time()
     try:
         server.serve_forever()

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import math
 import os
 import random
 import re
@@ -50,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from ragen.errors import MissingDependencyError
+from ragen.errors import EnvOptionError, MissingDependencyError
 
 from .base import Env, StepResult, derive_seed, make_info, normalize_action
 
@@ -123,19 +124,28 @@ class TextWorldEnv(Env):
         cache_dir: str | Path | None = None,
     ) -> None:
         super().__init__()
-        self._tw = import_textworld()
         if objective not in OBJECTIVES:
-            raise ValueError(f"objective={objective!r}; use one of {', '.join(OBJECTIVES)}")
+            raise EnvOptionError(f"objective={objective!r}; use one of {', '.join(OBJECTIVES)}")
+        try:
+            weight = float(intermediate_reward)
+        except (TypeError, ValueError):
+            weight = math.nan
+        if not (math.isfinite(weight) and weight >= 0):  # NaN made every reward NaN
+            raise EnvOptionError(
+                f"intermediate_reward={intermediate_reward!r} must be a finite number >= 0 "
+                "(the weight of TextWorld's progress reward). Fix: e.g. intermediate_reward=0.1"
+            )
         if nb_rooms < 1 or nb_objects < 0 or quest_length < 1 or max_steps < 1:
-            raise ValueError(
+            raise EnvOptionError(
                 f"need nb_rooms >= 1, nb_objects >= 0, quest_length >= 1, max_steps >= 1; got "
                 f"nb_rooms={nb_rooms}, nb_objects={nb_objects}, quest_length={quest_length}, "
                 f"max_steps={max_steps}"
             )
+        self._tw = import_textworld()  # after the option checks: they need no TextWorld
         self.nb_rooms, self.nb_objects = int(nb_rooms), int(nb_objects)
         self.quest_length, self.objective = int(quest_length), objective
         self.max_steps = int(max_steps)
-        self.intermediate_reward = float(intermediate_reward)
+        self.intermediate_reward = weight
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self._game_path: Path | None = None
         self._game: Any = None  # the running textworld Environment

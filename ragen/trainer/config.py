@@ -30,13 +30,15 @@ from __future__ import annotations
 import copy
 import difflib
 import math
+import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import (
     ConfigAttributeError,
     ConfigKeyError,
@@ -45,6 +47,7 @@ from omegaconf.errors import (
 )
 
 from ragen import envs
+from ragen.agent.env_manager import VAL_SEED_START
 from ragen.agent.rollout import RolloutConfig
 from ragen.algo.filtering import FILTER_METRICS, FILTER_STRATEGIES
 from ragen.algo.kl import KL_KINDS
@@ -57,7 +60,7 @@ from ragen.algo.registry import (
     list_policy_losses,
 )
 from ragen.cli_utils import nest_dotted, parse_value, split_key_value
-from ragen.config_fields import check_section, option
+from ragen.config_fields import check_section, default_of, option, walk_fields
 from ragen.engines.base import ENGINE_CHOICES
 from ragen.errors import ConfigError
 from ragen.models.loading import DTYPE_CHOICES, check_device_spec
@@ -136,7 +139,6 @@ class ModelConfig:
         "the policy: a hub id, a local HF folder, a .gguf file, or tiny[:SIZE] (built "
         "offline on first use)",
     )
-    tokenizer_path: str | None = option(None, "the tokenizer's hub id or folder; null: path's")
     critic_path: str | None = option(
         None,
         "the critic's starting weights; null: the policy's weights plus a "
@@ -674,7 +676,64 @@ def _all_keys(node: Any, prefix: str = "") -> list[str]:
     return keys
 
 
+#: keys that were documented once and are gone, with why: a config that still sets one
+#: is told so (its default, null, is dropped quietly: that is what it always meant)
+REMOVED_KEYS = {
+    "model.tokenizer_path": "it was never read: the tokenizer is always the one of "
+    "model.path (a hub id, a model folder, a .gguf file or tiny)",
+}
+
+
+def _drop_removed(other: Any, source: str) -> Any:
+    """``other`` without the :data:`REMOVED_KEYS` set to null; one set to anything else
+    is a :class:`ConfigError` saying why the key is gone."""
+    node = other if isinstance(other, DictConfig) else OmegaConf.create(other)
+    for key, why in REMOVED_KEYS.items():
+        section, leaf = key.rsplit(".", 1)
+        parent = OmegaConf.select(node, section, default=None)
+        if not isinstance(parent, DictConfig) or leaf not in parent:
+            continue
+        if parent[leaf] is not None:
+            _fail(key, f"this key was removed ({why}); got {parent[leaf]!r} (from {source})",
+                  f"delete {key}, and give the tokenizer's model as model.path")  # fmt: skip
+        del parent[leaf]
+    return node
+
+
+def _check_shapes(base: DictConfig, other: Any, source: str, prefix: str = "") -> None:
+    """A mapping where the config holds a list or a list where it holds a mapping, as a
+    one-line :class:`ConfigError` naming the key (OmegaConf raises a bare ``TypeError``,
+    "Cannot merge incompatible container types": ``trainer.rollback_change={}``)."""
+    if not isinstance(other, (dict, DictConfig)):
+        return
+    for key, value in other.items():
+        if key not in base:
+            continue  # an unknown key: the merge names it
+        node, full = base._get_node(key), f"{prefix}{key}"
+        is_list = isinstance(value, (list, tuple, ListConfig))
+        is_map = isinstance(value, (dict, DictConfig))
+        if isinstance(node, ListConfig) and is_map:
+            example = OmegaConf.to_container(node)[:2] or ["..."]
+            _fail(full, f"must be a list, got the mapping {_shown(value)} (from {source})",
+                  f"write a list, e.g. {full}=[{','.join(map(str, example))}]")  # fmt: skip
+        if isinstance(node, DictConfig) and is_list:
+            what = "a mapping of options, e.g. {dim_room: [8, 8]}" if node._metadata.object_type is dict else "a section"  # fmt: skip
+            _fail(full, f"must be {what}, got the list {_shown(value)} (from {source})",
+                  f"set its keys, e.g. {full}.KEY=VALUE")  # fmt: skip
+        if isinstance(node, DictConfig) and is_map:
+            _check_shapes(node, value, source, f"{full}.")
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, (DictConfig, ListConfig)):
+        value = OmegaConf.to_container(value)
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _merge(base: DictConfig, other: Any, source: str) -> DictConfig:
+    other = _drop_removed(other, source)
+    _check_shapes(base, other, source)
     try:
         return OmegaConf.merge(base, other)
     except (ConfigAttributeError, ConfigKeyError) as err:
@@ -758,9 +817,11 @@ def validate(cfg: TrainConfig, rollback_dry_run: bool = True) -> None:
     the keys that must agree, so the most basic problem is the one reported.
     """
     check_section(cfg, what="choices")
+    _check_lists(cfg)
     envs.check_options(cfg.env.name, cfg.env.config, "env.config")
     envs.check_options(cfg.env.name, cfg.env.val_config, "env.val_config")
     check_section(cfg, what="ranges")
+    _check_sizes(cfg)
     cfg.rollout.validate(prefix="rollout.")
     _check_curriculum(cfg.env)
     _check_filter(cfg.algo.filter)
@@ -779,6 +840,119 @@ def validate(cfg: TrainConfig, rollback_dry_run: bool = True) -> None:
                 f"trainer.rollback_change {list(t.rollback_change)} would make the config "
                 f"invalid: {err}"
             ) from None
+
+
+# -- container keys ------------------------------------------------------------------
+_MODULE_NAME = re.compile(r"^[A-Za-z_][\w.]*$")
+
+
+def _check_lists(cfg: TrainConfig) -> None:
+    """Every list of strings holds strings (OmegaConf keeps ``[[]]`` as a list in a
+    list), and LoRA's targets are module names: a bad one failed only after the model
+    loaded, with a traceback from inside PEFT."""
+    for key, f, value in walk_fields(cfg):
+        if str(f.type).startswith("list[str]") and isinstance(value, list):
+            for item in value:
+                if not isinstance(item, str) or not item.strip():
+                    default = default_of(f)
+                    _fail(key, f"must be a list of non-empty strings, got the item {_shown(item)}",
+                          f"e.g. {key}=[{','.join(map(str, default[:2]))}]" if default
+                          else f"e.g. {key}=[]")  # fmt: skip
+    lora = cfg.model.lora
+    for name in lora.target_modules:
+        if not _MODULE_NAME.match(name):
+            _fail("model.lora.target_modules", f"{name!r} is not a module name (letters, "
+                  "digits, _ and dots)", "e.g. model.lora.target_modules=[q_proj,v_proj]")  # fmt: skip
+    if lora.rank > 0 and not lora.target_modules:
+        _fail("model.lora.target_modules", f"is empty, so model.lora.rank={lora.rank} would "
+              "train no adapter at all", "name the modules, e.g. "
+              "model.lora.target_modules=[q_proj,v_proj], or model.lora.rank=0 (full "
+              "fine-tuning)")  # fmt: skip
+
+
+# -- sizes: what the machine can hold -----------------------------------------------------
+#: a config integer past int64 cannot reach torch, numpy or a checkpoint's files
+INT64 = (-(2**63), 2**63 - 1)
+#: what one episode holds at the least, measured (tracemalloc, 500 envs reset): the
+#: smallest env instance after reset (bandit 3.5 KB; Sokoban 7.9 KB), before its
+#: trajectory record and prompt text are counted
+EPISODE_FLOOR_BYTES = 3_000
+#: a token an episode may hold costs at least its id in the batch's int64 tensor (the
+#: batch is padded to its longest episode, which may reach rollout.max_model_len)
+TOKEN_FLOOR_BYTES = 8
+#: a rollout worker or training rank is a Python process with torch, before its model
+#: copy: 270 MB resident measured with torch and transformers imported and no model yet
+PROCESS_FLOOR_BYTES = 250 * 2**20
+
+
+def machine_memory() -> int | None:
+    """This machine's physical memory in bytes (None when the system cannot tell)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _number(value: int) -> str:
+    """``value`` for a message; a huge one by its size (``str`` of an int of more than
+    4,300 digits raises)."""
+    digits = len(str(abs(value))) if value.bit_length() < 10_000 else int(value.bit_length() * 0.30103) + 1  # fmt: skip
+    return f"{value:,}" if digits <= 30 else f"a {digits:,}-digit number"
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:,.1f} GB" if n < 1e15 else f"{n:.1e} bytes"
+
+
+def _check_sizes(cfg: TrainConfig, memory: int | None = None) -> None:
+    """Bound every size and count key by what the machine can hold, before anything is
+    built: every integer fits in int64, the episodes a step holds (training and
+    validation, each up to rollout.max_model_len tokens) fit in this machine's memory at
+    their floor cost, as do the micro-batch's tokens and the processes of a scale-out,
+    and env.train_states fits in the training seed range. A size past these ran for
+    minutes before failing (``rollout.env_groups=99999999999999999999999``)."""
+    for key, f, value in walk_fields(cfg):
+        if isinstance(value, int) and not isinstance(value, bool):
+            if not INT64[0] <= value <= INT64[1]:
+                default = default_of(f)
+                _fail(key, f"{_number(value)} does not fit in 64 bits (what torch, numpy "
+                      "and checkpoints hold)", f"e.g. the default {default}")  # fmt: skip
+    r, t, a = cfg.rollout, cfg.trainer, cfg.algo
+    if cfg.env.train_states > VAL_SEED_START:
+        _fail("env.train_states", f"{_number(cfg.env.train_states)} training states cannot be "
+              f"drawn from the {VAL_SEED_START:,} training seeds", "a smaller pool, e.g. "
+              "env.train_states=64, or 0 for a fresh state per group")  # fmt: skip
+    memory = machine_memory() if memory is None else memory
+    if not memory:
+        return
+    train, val = r.env_groups * r.group_size, t.val_groups
+    episode = EPISODE_FLOOR_BYTES + TOKEN_FLOOR_BYTES * r.max_model_len
+    need = (train + val) * episode
+    if need > memory:
+        crowd = "rollout.env_groups" if train >= val else "trainer.val_groups"
+        _fail(
+            crowd if (train + val) * EPISODE_FLOOR_BYTES > memory else "rollout.max_model_len",
+            f"rollout.env_groups={_number(r.env_groups)} x rollout.group_size="
+            f"{_number(r.group_size)} training and trainer.val_groups={_number(val)} "
+            f"validation episodes of up to rollout.max_model_len={_number(r.max_model_len)} "
+            f"tokens need at least {_gb(need)} ({EPISODE_FLOOR_BYTES:,} bytes an env, "
+            f"{TOKEN_FLOOR_BYTES} a token), more than this machine's {_gb(memory)} of memory",
+            "fewer rollout.env_groups, rollout.group_size or trainer.val_groups, or a "
+            "shorter rollout.max_model_len",
+        )
+    if a.micro_token_budget * TOKEN_FLOOR_BYTES > memory:
+        _fail("algo.micro_token_budget", f"{_number(a.micro_token_budget)} tokens a "
+              f"micro-batch need more than this machine's {_gb(memory)} of memory",
+              "0 picks what fits in memory; e.g. 8192")  # fmt: skip
+    processes = t.rollout_workers + (t.train_ranks if t.train_ranks > 1 else 0)
+    cluster = t.ray_address or os.environ.get("RAY_ADDRESS")  # its nodes hold them, not this one
+    if not cluster and processes * PROCESS_FLOOR_BYTES > memory:
+        key = "trainer.rollout_workers" if t.rollout_workers else "trainer.train_ranks"
+        _fail(key, f"trainer.rollout_workers={_number(t.rollout_workers)} and "
+              f"trainer.train_ranks={_number(t.train_ranks)} are {_number(processes)} "
+              f"processes of at least {PROCESS_FLOOR_BYTES >> 20} MB each (a Python process "
+              f"with torch), more than this machine's {_gb(memory)} of memory",
+              "fewer workers or ranks, or join a cluster (trainer.ray_address)")  # fmt: skip
 
 
 def _check_curriculum(env: EnvSection) -> None:

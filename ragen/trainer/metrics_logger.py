@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ragen.errors import ConfigError, MissingDependencyError, MissingFileError
+from ragen.run_layout import json_line
 
 METRICS_FILE = "metrics.jsonl"
 TRAJECTORY_DIR = "trajectories"
@@ -356,7 +357,7 @@ def _read_lines(run_dir: str | Path) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = json_line(line)
         except json.JSONDecodeError:
             if number == len(lines):
                 warnings.warn(f"{path}: skipping a truncated last line", stacklevel=2)
@@ -374,7 +375,7 @@ def _truncate_metrics(path: Path, start_step: int) -> None:
     kept = []
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
-            step = json.loads(line)["step"]
+            step = json_line(line)["step"]
         except (json.JSONDecodeError, KeyError, TypeError):
             continue  # a partial line from a crash
         if isinstance(step, int) and step <= start_step:
@@ -426,7 +427,7 @@ def move_logs_after(run_dir: str | Path, step: int, dest: str | Path) -> list[st
 
 def _line_step(line: str) -> int | None:
     try:
-        step = json.loads(line)["step"]
+        step = json_line(line)["step"]
     except (json.JSONDecodeError, KeyError, TypeError):
         return None  # a partial line from a crash
     return step if isinstance(step, int) else None

@@ -43,7 +43,7 @@ import torch
 from ragen.agent.trajectory import Trajectory
 from ragen.envs.base import derive_seed
 from ragen.envs.registry import slug
-from ragen.errors import ConfigError
+from ragen.errors import ConfigError, DiskFullError, EnvUnavailableError
 
 from . import advantages, onepass, rollout_phase, run_checkpoints, scoring, update
 from .batching import TrainingBatch
@@ -141,8 +141,9 @@ class StarPOTrainer:
         from .checkpoint import CheckpointManager
 
         self.checkpoints = CheckpointManager(self.run_dir, keep_last=t.keep_last)
-        if t.save_every > 0:  # no room for one checkpoint: say so before the first step
-            self._require_room_for_a_checkpoint()
+        # no room for one checkpoint: say so before the first step. Every run saves one at
+        # its end (trainer.save_every=0 saves only that), so every run needs the room
+        self._require_room_for_a_checkpoint()
         self.start_step = self._maybe_resume()
         # rollout workers / training ranks (trainer.rollout_workers, trainer.train_ranks):
         # Ray actors and a torch.distributed group, docs/SCALING.md; None: this process only
@@ -326,6 +327,11 @@ class StarPOTrainer:
                         break
                 if self.signals.signum is not None:
                     stop_note = self._save_on_stop(done)
+            except (ConfigError, EnvUnavailableError) as err:
+                # a stall (max_consecutive_skipped_steps) or an env that failed past
+                # rollout.max_env_error_share: raised between updates, so the completed
+                # steps are sound; save the trained ones and say how to go on
+                raise self._stopped_by_error(err, done) from None
             finally:
                 self.logger.close()
                 self.close()
@@ -371,6 +377,21 @@ class StarPOTrainer:
             )
         return f"{name}: stopped after step {done}; no step trained anything, nothing to save."
 
+    def _stopped_by_error(self, err: Exception, done: int) -> Exception:
+        """``err`` (a one-line user error that ends the run after step ``done``) with what
+        is on disk and the command that resumes: the steps trained since the last
+        checkpoint are saved first, never dropped (issue 55)."""
+        if self._trained_since_save and done > self._saved_step:
+            try:
+                note = f"Saved step {done} to {self.save_checkpoint(done)}."
+            except DiskFullError as failed:
+                return failed  # its message says what is intact and how to resume
+        elif self._saved_step:
+            note = f"Checkpoint {self.checkpoints.path_for(self._saved_step)} holds the weights."
+        else:
+            return err  # nothing trained: nothing to resume
+        return type(err)(f"{str(err).rstrip('.')}. {note} {self.resume_hint()}")
+
     def resume_hint(self) -> str:
         """The exact command that continues this run from its newest checkpoint."""
         if self.argv is None:
@@ -403,18 +424,18 @@ class StarPOTrainer:
         for model in (self.models.actor, self.models.critic):
             if model is not None:
                 needed += state_bytes(model) + adam_state_bytes(model)
+        every = self.cfg.trainer.save_every
         require_free(
             self.checkpoints.root,
             needed,
-            f"one checkpoint (trainer.save_every={self.cfg.trainer.save_every})",
-            "free space on that disk, point trainer.run_dir at a disk with room, or "
-            "trainer.save_every=0 (no checkpoints)",
+            f"one checkpoint (trainer.save_every={every}"
+            + ("; 0 still saves the last step" if not every else "")
+            + ")",
+            "free space on that disk, or point trainer.run_dir at a disk with room",
         )
 
     def save_checkpoint(self, step: int) -> Path:
         """Save ``step``; signals arriving meanwhile wait until the checkpoint is complete."""
-        from .checkpoint import DiskFullError
-
         with self.signals.saving():
             try:
                 path = self._write_checkpoint(step)

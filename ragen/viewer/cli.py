@@ -8,7 +8,8 @@ import functools
 import http.server
 from pathlib import Path
 
-from ragen.errors import UsageError
+from ragen.cli_utils import check_out_dir, write_error
+from ragen.errors import RagenError, UsageError
 
 from .site import build_site
 
@@ -49,7 +50,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"ragen view: skipped {line}", file=sys.stderr)
 
     tic = time.perf_counter()
-    index = build_site(args.run_dir, args.out, on_skip=skip)
+    out = Path(args.out) if args.out else Path(args.run_dir) / "site"
+    if args.out or Path(args.run_dir).is_dir():  # (a missing run folder: build_site says so)
+        check_out_dir(out)  # read-only or full: one line before anything is read
+    try:
+        index = build_site(args.run_dir, args.out, on_skip=skip)
+    except OSError as err:
+        if isinstance(err, RagenError):  # a missing run folder, said by the loader
+            raise
+        raise write_error(err, out, "the site") from None  # the disk filled while writing
     note = f"; skipped {len(skipped)} damaged part(s), listed above" if skipped else ""
     print(
         f"wrote {index} in {time.perf_counter() - tic:.1f}s{note} (open it in a browser: "

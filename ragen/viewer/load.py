@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ragen.errors import UsageError
+from ragen.run_layout import json_line
 
 _STEP_FILE = re.compile(r"^(val_)?step_(\d+)\.jsonl$")
 EXPECTED = (
@@ -191,7 +192,7 @@ def read_json(path: Path) -> tuple[Any, str]:
     if text is None:
         return None, why
     try:
-        return json.loads(text), ""
+        return json_line(text), ""
     except json.JSONDecodeError as err:
         return None, f"not valid JSON ({err.msg} at line {err.lineno})"
     except RecursionError:
@@ -222,7 +223,7 @@ class _Lines:
             if not raw.strip():
                 continue
             try:
-                record = json.loads(raw.decode("utf-8"))
+                record = json_line(raw.decode("utf-8"))
             except UnicodeDecodeError:
                 self._bad("not UTF-8 text", number)
                 continue

@@ -36,10 +36,21 @@ _BRUSHES: tuple[tuple[tuple[int, int], ...], ...] = (
 _STEPS = ((-1, 0), (1, 0), (0, -1), (0, 1))
 
 
+#: the longest side of a room: a 100 x 100 room is 10,100 characters of observation, past
+#: what a policy's context holds over several turns; a 30000 x 30000 one took minutes to
+#: generate (and 10^6 x 10^6 a MemoryError) before anything said so
+MAX_ROOM_SIDE = 100
+
+
 def check_room_config(height: int, width: int, num_boxes: int) -> None:
     """Raise ``ValueError`` naming the parameter when no room can exist."""
     if height < 3 or width < 3:
         raise EnvOptionError(f"dim_room=({height}, {width}) is too small; each side must be >= 3")
+    if height > MAX_ROOM_SIDE or width > MAX_ROOM_SIDE:
+        raise EnvOptionError(
+            f"dim_room=({height}, {width}) is too large; each side must be <= {MAX_ROOM_SIDE} "
+            "(the room is the observation, one character a cell). Fix: e.g. dim_room=[8, 8]"
+        )
     if num_boxes < 1:
         raise EnvOptionError(f"num_boxes={num_boxes} must be >= 1")
     interior = (height - 2) * (width - 2)
