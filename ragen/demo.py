@@ -177,6 +177,10 @@ class Budget:
         default_factory=lambda: {"bandit": 16, "frozen_lake": 32, "sokoban": 32}
     )
     extra: list[str] = field(default_factory=list)  # more `ragen train` overrides
+    # padded tokens per forward/backward micro-batch in SFT and RL (None: SFT's automatic
+    # budget, RL's model=tiny preset's). Another budget sums the same gradient in another
+    # order: the float rounding of a run on another CPU, reproduced on this one
+    micro_token_budget: int | None = None
     # the grids' reply format (ragen.agent.reasoning), in SFT data, RL and evaluation;
     # envs without a state checker (the bandit) keep free_think when it needs facts
     reasoning: str = "free_think"
@@ -418,6 +422,8 @@ class Demo:
                 "(ragen.sft.trainer.SFTConfig). Fix: use its field names, e.g. lr, batch_size"
             )
         cfg = dataclasses.replace(cfg, **changes)
+        if b.micro_token_budget is not None:
+            cfg = dataclasses.replace(cfg, micro_token_budget=b.micro_token_budget)
         aux = (
             f" + {cfg.aux_episodes} in the {cfg.aux_reasoning} format" if cfg.aux_reasoning else ""
         )
@@ -475,6 +481,11 @@ class Demo:
             f"trainer.run_dir={self.rl_dir(env)}",
             f"trainer.seed={self.seed}",
             *b.extra,
+            *(
+                [f"algo.micro_token_budget={b.micro_token_budget}"]
+                if b.micro_token_budget is not None
+                else []
+            ),
             *b.rl_extra.get(env, []),
         ]
         extra = f" ({', '.join(b.rl_extra[env])})" if b.rl_extra.get(env) else ""
@@ -722,6 +733,14 @@ def _add_args(p: argparse.ArgumentParser) -> None:
         "(repeatable; default: none, the rewards are only logged)",
     )
     p.add_argument(
+        "--micro-token-budget",
+        type=int,
+        default=None,
+        help="padded tokens per micro-batch in SFT and RL (default: SFT's automatic budget, "
+        "16384 in RL). The same gradient summed in another order: how a run on another CPU "
+        "rounds, repeated on this one",
+    )
+    p.add_argument(
         "--jobs",
         type=int,
         default=None,
@@ -731,7 +750,8 @@ def _add_args(p: argparse.ArgumentParser) -> None:
 
 
 def budget_from_args(args: argparse.Namespace) -> Budget:
-    """The ``--budget`` preset with ``--reasoning`` / ``--reasoning-reward`` applied."""
+    """The ``--budget`` preset with ``--reasoning``, ``--reasoning-reward`` and
+    ``--micro-token-budget`` applied."""
     budget = BUDGETS[args.budget]
     changes: dict[str, Any] = {}
     if getattr(args, "reasoning", None) is not None:
@@ -741,6 +761,13 @@ def budget_from_args(args: argparse.Namespace) -> Budget:
                 f"{', '.join(REASONING_FORMATS)}"
             )
         budget = budget.playing(args.reasoning)
+    budget_tokens = getattr(args, "micro_token_budget", None)
+    if budget_tokens is not None:
+        if budget_tokens < 1:
+            raise UsageError(
+                f"--micro-token-budget must be >= 1, got {budget_tokens}. Fix: e.g. 8192"
+            )
+        changes["micro_token_budget"] = budget_tokens
     weights = parse_key_values(getattr(args, "reasoning_reward", []) or [], "--reasoning-reward")
     if weights:
         unknown = sorted(set(weights) - set(REASONING_REWARDS))
