@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from ragen.envs import cube2x2 as cube
 from ragen.envs import make
 from ragen.envs.checker import check_env
+from ragen.envs.games import cube2x2 as cube
 
 
 def _play(state, moves):

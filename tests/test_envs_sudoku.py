@@ -8,7 +8,7 @@ import pytest
 
 from ragen.envs import make
 from ragen.envs.checker import check_env
-from ragen.envs.sudoku import count_solutions, generate_puzzle
+from ragen.envs.games.sudoku import count_solutions, generate_puzzle
 
 
 @pytest.mark.parametrize("size, givens", [(4, 6), (4, 8), (9, 30)])

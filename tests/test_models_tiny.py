@@ -209,7 +209,7 @@ def test_every_corpus_env_contributes_to_the_tokenizer(monkeypatch):
     import random
     import warnings
 
-    from ragen.envs import gym_adapter
+    from ragen.envs.adapters import gymnasium_env as gym_adapter
     from ragen.models import tiny
 
     with warnings.catch_warnings():

@@ -38,7 +38,7 @@ the WebSocket session, and a ``step`` before any ``reset`` (stateless, or first 
 session) is a 409 naming that, never a move in a room nobody seeded.
 
 **Protections** (:class:`AppServer`, for any OpenEnv app, ours or a user's), the rules of
-:mod:`ragen.envs.serving` that ``ragen serve-env``'s own protocol enforces too: a token
+:mod:`ragen.envs.serving.rules` that ``ragen serve-env``'s own protocol enforces too: a token
 (``Authorization: Bearer``, on HTTP requests and the WebSocket handshake; 401
 otherwise), request bodies and WebSocket messages of at most 1 MiB (413 at once, the body
 unread), ``read_timeout`` for a connection to send its request (then it is closed; a
@@ -63,9 +63,9 @@ from typing import Any
 
 from ragen.errors import MissingDependencyError
 
-from .base import Env
-from .registry import make, spec
-from .serving import (
+from ..base import Env
+from ..registry import make, spec
+from .rules import (
     BODY_TOO_LARGE,
     BUSY,
     MAX_BODY_BYTES,
@@ -80,6 +80,7 @@ from .serving import (
     resolve_token,
     warn_if_exposed,
 )
+from .wire import jsonable
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +204,7 @@ def openenv_types() -> tuple[type, type, type, type]:
                 done=bool(terminated or truncated),
                 terminated=bool(terminated),
                 truncated=bool(truncated),
-                info=to_json(info),
+                info=jsonable(info),
                 action_names=self.env.action_names,
                 seed=self._state.seed,
             )
@@ -228,24 +229,6 @@ def openenv_types() -> tuple[type, type, type, type]:
             self.env.close()
 
     return RagenAction, RagenObservation, RagenState, RagenEnvironment
-
-
-def to_json(value: Any) -> Any:
-    """``value`` with numpy scalars/arrays and tuples as JSON types; anything else unknown
-    becomes its ``repr`` (an env's ``info`` may hold numpy numbers)."""
-    import numpy as np
-
-    if isinstance(value, dict):
-        return {str(k): to_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_json(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    return repr(value)
 
 
 def create_openenv_app(
@@ -300,7 +283,7 @@ async def _send_json(send: Any, status: int, detail: str) -> None:
 
 
 class GuardedApp:
-    """An ASGI app (any OpenEnv app) behind the protections of :mod:`ragen.envs.serving`:
+    """An ASGI app (any OpenEnv app) behind the protections of :mod:`ragen.envs.serving.rules`:
     the token, the body limit, the body's read timeout, the idle timeout of a WebSocket
     session, and one-line logs instead of tracebacks. (The request head's read timeout
     and the connection cap are the protocol's: :func:`guarded_protocol`.)"""

@@ -1,8 +1,8 @@
 """What every env server of ragen enforces, whichever protocol it speaks.
 
 ``ragen serve-env NAME`` serves an env over two protocols: this project's JSON protocol
-(:mod:`ragen.envs.server`, threads, for ``env=remote``) and OpenEnv's HTTP + WebSocket
-API (:mod:`ragen.envs.openenv_server`, asyncio under uvicorn, for ``env=openenv`` and
+(:mod:`ragen.envs.serving.http_server`, threads, for ``env=remote``) and OpenEnv's HTTP + WebSocket
+API (:mod:`ragen.envs.serving.openenv_server`, asyncio under uvicorn, for ``env=openenv`` and
 TRL). They differ in how they serve, never in what a client may do to them, so the
 rules live here, once:
 
@@ -20,7 +20,7 @@ rules live here, once:
   (:func:`bind_errors`), and request fields that are no integers (:func:`int_field`:
   a NaN or ``"x"`` seed is a 400 naming the field, never a 500 with a traceback).
 
-The clients (:mod:`ragen.envs.remote`, :mod:`ragen.envs.openenv_adapter`) share
+The clients (:mod:`ragen.envs.serving.remote`, :mod:`ragen.envs.adapters.openenv_client`) share
 :func:`check_reward`: a reward that is not a finite number of sane size ends the episode
 as an env failure, never a silent 0 or a 1e308 that overflows the returns.
 """

@@ -32,8 +32,8 @@ import numpy as np
 
 from ragen.errors import EnvOptionError
 
+from ..base import Env, StepResult, derive_seed, make_info
 from . import rgb
-from .base import Env, StepResult, derive_seed, make_info
 
 FACES = {
     "U": (0, 1, 0),

@@ -47,11 +47,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from ragen.errors import EnvOptionError, MissingDependencyError
 
-from .base import Env, StepResult, derive_seed, make_info, parse_int
+from ..base import StepResult, derive_seed, make_info, parse_int
+from .text_game import TextGameEnv
 
 _RANDOM_LOCK = threading.Lock()  # TextArena uses the process-wide `random` module
 
@@ -64,6 +63,20 @@ def import_textarena() -> Any:
             "textarena is not installed; install it with: pip install 'ragen[textarena]'"
         ) from err
     return textarena
+
+
+def run_with_random(fn: Callable[[], Any], state: Any) -> tuple[Any, Any]:
+    """``(fn(), random state after)``: run TextArena code with ``state`` swapped into the
+    process-wide ``random`` (which TextArena seeds and draws from), under one lock, and
+    the outer state put back, so games are reproducible and nothing else in the process
+    sees its ``random`` move. The caller decides whether to keep the state after."""
+    with _RANDOM_LOCK:
+        outer = random.getstate()
+        random.setstate(state)
+        try:
+            return fn(), random.getstate()
+        finally:
+            random.setstate(outer)
 
 
 # -- per-game knowledge: action vocabulary, translation, solver --------------------------------
@@ -277,11 +290,11 @@ def _generic_parse(core: Any, action: str) -> str | None:
     return action if action.startswith("[") else f"[{action}]"
 
 
-class TextArenaEnv(Env):
+class TextArenaEnv(TextGameEnv):
     """A single-player TextArena game.
 
     Config:
-        game: the TextArena env id (``TowerOfHanoi-v0``; ``ragen.envs.textarena_adapter.GAMES``
+        game: the TextArena env id (``TowerOfHanoi-v0``; ``ragen.envs.adapters.textarena_env.GAMES``
             lists those with a vocabulary and a solver; others take free-form actions).
         game_kwargs: keyword arguments of the TextArena env (e.g. ``{num_disks: 4}``).
         max_steps: moves before the episode is truncated; every move counts, the ones the
@@ -320,16 +333,9 @@ class TextArenaEnv(Env):
 
     # -- TextArena calls with a private global `random` ----------------------------------
     def _call(self, fn: Callable[[], Any], state: Any = None) -> tuple[Any, Any]:
-        """``(fn(), random state after)``: run TextArena code with ``state`` (default: this
-        env's) swapped into the global ``random``; the caller decides whether to keep it."""
-        with _RANDOM_LOCK:
-            outer = random.getstate()
-            random.setstate(self._random_state if state is None else state)
-            try:
-                result = fn()
-                return result, random.getstate()
-            finally:
-                random.setstate(outer)
+        """``(fn(), random state after)`` with ``state`` (default: this env's) as
+        TextArena's ``random`` (:func:`run_with_random`)."""
+        return run_with_random(fn, self._random_state if state is None else state)
 
     def _reset_core(self, seed: int) -> str:
         core_seed = derive_seed("textarena", self.game, seed) % (2**32)
@@ -399,9 +405,6 @@ class TextArenaEnv(Env):
         info = make_info(True, True, success, move=move, steps=self._steps)
         return self._obs, reward, bool(done), truncated, info
 
-    def _invalid(self, reason: str) -> StepResult:
-        return self._obs, 0.0, False, False, make_info(False, False, False, reason=reason)
-
     @property
     def instructions(self) -> str:
         limit = f"At most {self.max_steps} moves, rejected ones included."
@@ -411,28 +414,9 @@ class TextArenaEnv(Env):
     def action_names(self) -> list[str] | None:
         return self.spec.action_names(self._core)
 
-    def render(self, mode: str = "text") -> str | np.ndarray:
-        if mode != "text":
-            raise self._unsupported_mode(mode)
-        return self._obs
-
-    def state_key(self) -> str | None:
-        # the first observation does not hold a game's hidden state (the secret number)
-        # and many games start alike (Hanoi): split train/validation by seed range only
-        return None
-
-    def snapshot(self) -> object:
+    def _game_state(self) -> tuple:
         state = self._core.state
-        return (
-            self._obs,
-            self._steps,
-            repr(state.game_state),
-            state.turn,
-            state.done,
-            self.terminated,
-            self.truncated,
-            self.success,
-        )
+        return (self._steps, repr(state.game_state), state.turn, state.done)
 
     # -- reference policies ----------------------------------------------------------------
     def oracle_action(self) -> str | None:

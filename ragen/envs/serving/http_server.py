@@ -3,7 +3,7 @@
 Many episodes at once, each with its own env instance, seed and dynamics seed; requests
 are handled in threads (``http.server.ThreadingHTTPServer``, stdlib only), one at a time
 per episode. The protocol is JSON over POST (GET for ``/info`` and ``/health``), so a
-server can be written in any language; :mod:`ragen.envs.remote` is the client.
+server can be written in any language; :mod:`ragen.envs.serving.remote` is the client.
 
 ==========  ===========================================  ==================================
 endpoint    request                                      reply
@@ -29,7 +29,8 @@ endpoint    request                                      reply
 
 ``t`` (the client's step counter) makes a retried step idempotent: a ``t`` equal to the
 episode's last one returns the cached reply instead of stepping again. Facts travel as
-``[kind, row, col]``, an rgb frame as ``{"shape": [H, W, 3], "data": base64 bytes}``.
+``[kind, row, col]``, an rgb frame as ``{"shape": [H, W, 3], "data": base64 bytes}``
+(:mod:`ragen.envs.serving.wire`).
 Errors are ``{"error": "..."}`` with status 400 (bad request: not JSON, a
 ``Content-Length`` that is missing (411), negative, not a number or longer than the body
 sent), 401 (a token is set and the request lacks it), 404 (unknown episode or path), 408
@@ -47,12 +48,11 @@ nobody touched for ``episode_timeout`` seconds is dropped (a client that died wi
 ``/close``). ``token``: every request must then carry ``Authorization: Bearer <token>``
 (``ragen serve-env --token``, or the ``RAGEN_ENV_TOKEN`` environment variable on both
 sides); serve beyond localhost only with one. These rules, and their messages, are
-:mod:`ragen.envs.serving`'s, which the OpenEnv server enforces too.
+:mod:`ragen.envs.serving.rules`', which the OpenEnv server enforces too.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import random
 import socket
@@ -63,16 +63,12 @@ from collections import OrderedDict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import numpy as np
-
-from .base import Env
-from .facts import Fact
-from .registry import make
-from .serving import (
+from ..base import Env
+from ..registry import make
+from .rules import (
     BODY_TOO_LARGE,
     BUSY,
     MAX_BODY_BYTES,
-    TOKEN_ENV,
     UNAUTHORIZED,
     RequestError,
     ServerLimits,
@@ -80,16 +76,12 @@ from .serving import (
     bind_errors,
     http_url,
     int_field,
-    is_loopback,
     read_timeout_text,
     resolve_token,
     warn_if_exposed,
 )
+from .wire import PROTOCOL_VERSION, facts_to_json, frame_to_json, jsonable
 
-PROTOCOL_VERSION = 1
-# re-exported: the clients and tests know them from here
-__all__ = ["EnvServer", "EnvService", "RequestError", "TOKEN_ENV", "MAX_BODY_BYTES", "serve",
-           "is_loopback", "PROTOCOL_VERSION"]  # fmt: skip
 CALL_METHODS = (
     "oracle_action",
     "random_action",
@@ -109,15 +101,6 @@ class _Episode:
         self.last_t: int | None = None
         self.last_reply: dict[str, Any] | None = None
         self.last_used = time.monotonic()
-
-
-def facts_to_json(facts: list[Fact]) -> list[list[Any]]:
-    return [[f.kind, f.row, f.col] for f in facts]
-
-
-def frame_to_json(frame: np.ndarray) -> dict[str, Any]:
-    frame = np.ascontiguousarray(frame, dtype=np.uint8)
-    return {"shape": list(frame.shape), "data": base64.b64encode(frame.tobytes()).decode()}
 
 
 class EnvService:
@@ -231,7 +214,7 @@ class EnvService:
                 "reward": float(reward),
                 "terminated": bool(terminated),
                 "truncated": bool(truncated),
-                "info": _jsonable(info),
+                "info": jsonable(info),
             }
             episode.last_t, episode.last_reply = t, reply
             return reply
@@ -276,22 +259,6 @@ class EnvService:
         if episode is not None:
             episode.env.close()
         return {"ok": True}
-
-
-def _jsonable(value: Any) -> Any:
-    """``value`` with numpy scalars/arrays and tuples turned into JSON types; anything
-    else unknown becomes its ``repr``."""
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    return repr(value)
 
 
 def _handler(

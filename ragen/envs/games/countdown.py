@@ -1,7 +1,7 @@
 """Countdown: combine the given numbers with + - * / and parentheses to hit a target.
 
 The answer (one action) is an arithmetic expression, parsed by our own safe parser
-(:mod:`ragen.envs.arithmetic`, exact fractions, never ``eval``). Rewards:
+(:mod:`ragen.envs.games.arithmetic`, exact fractions, never ``eval``). Rewards:
 
 * 1.0 for a correct expression that uses each given number at most once (or exactly
   once, with ``number_use="exactly_once"``);
@@ -29,8 +29,8 @@ import numpy as np
 
 from ragen.errors import EnvOptionError
 
+from ..base import Env, StepResult, derive_seed, make_info
 from .arithmetic import ExpressionError, evaluate
-from .base import Env, StepResult, derive_seed, make_info
 
 NUMBER_USE = ("at_most_once", "exactly_once")
 _GENERATE_TRIES = 1000

@@ -31,8 +31,8 @@ import numpy as np
 
 from ragen.errors import EnvOptionError
 
+from ..base import Env, StepResult, derive_seed, make_info, parse_int
 from . import rgb
-from .base import Env, StepResult, derive_seed, make_info, parse_int
 from .glyphs import draw_text
 
 SIZES = (4, 9)

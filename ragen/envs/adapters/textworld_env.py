@@ -49,11 +49,10 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ragen.errors import EnvOptionError, MissingDependencyError
 
-from .base import Env, StepResult, derive_seed, make_info, normalize_action
+from ..base import StepResult, derive_seed, make_info, normalize_action
+from .text_game import TextGameEnv
 
 OBJECTIVES = ("detailed", "brief")
 MAX_DRAWS = 10  # generated games tried per seed until one is won by its walkthrough
@@ -97,7 +96,7 @@ def clean_feedback(text: str) -> str:
     return re.sub(r"\n{3,}", "\n\n", out).strip()
 
 
-class TextWorldEnv(Env):
+class TextWorldEnv(TextGameEnv):
     """One generated TextWorld game per seed, played through its admissible commands.
 
     Config:
@@ -262,8 +261,7 @@ class TextWorldEnv(Env):
         commands = {normalize_action(c): c for c in self._admissible()}
         command = commands.get(action)
         if command is None:
-            info = make_info(False, False, False, reason="not an admissible command")
-            return self._obs, 0.0, False, False, info
+            return self._invalid("not an admissible command")
         before_facts, before_score = self._facts(), self._score()
         self._state, _, done = self._game.step(command)
         self._history.append(command)
@@ -324,26 +322,10 @@ class TextWorldEnv(Env):
     def action_names(self) -> list[str] | None:
         return self._admissible() or None
 
-    def render(self, mode: str = "text") -> str | np.ndarray:
-        if mode != "text":
-            raise self._unsupported_mode(mode)
-        return self._obs
-
-    def state_key(self) -> str | None:
-        # every seed is its own generated game: split train/validation by seed range
-        # (probing states by text would compile a game per probe)
-        return None
-
-    def snapshot(self) -> object:
-        return (
-            self._obs,
-            self._facts() if self._state else frozenset(),
-            self._score() if self._state else 0.0,
-            self._steps,
-            self.terminated,
-            self.truncated,
-            self.success,
-        )
+    def _game_state(self) -> tuple:
+        if self._state is None:
+            return (frozenset(), 0.0, self._steps)
+        return (self._facts(), self._score(), self._steps)
 
     # -- reference policies ----------------------------------------------------------------
     def walkthrough(self) -> list[str]:

@@ -28,8 +28,8 @@ import numpy as np
 
 from ragen.errors import EnvOptionError
 
+from ..base import Env, StepResult, derive_seed, make_info
 from . import rgb
-from .base import Env, StepResult, derive_seed, make_info
 from .glyphs import draw_text
 
 ACTION_NAMES = ["up", "down", "left", "right"]

@@ -1,5 +1,5 @@
 """What the two-player TextArena adapter knows about each game: the vocabulary, the legal
-moves, a scripted opponent and a solver (:mod:`ragen.envs.textarena_two_player`).
+moves, a scripted opponent and a solver (:mod:`ragen.envs.adapters.textarena_two_player`).
 
 Moves are in OUR format (``"4"`` for a Tic Tac Toe cell, ``"3"`` for a Connect Four
 column, ``"0 3"`` for Nim), read from TextArena's own game state
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .base import parse_int
+from ..base import parse_int
 
 
 @dataclass(frozen=True)

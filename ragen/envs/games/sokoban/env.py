@@ -25,8 +25,8 @@ import numpy as np
 
 from ragen.errors import EnvOptionError
 
-from ..base import Env, StepResult, derive_seed, make_info, normalize_action
-from ..facts import (
+from ...base import Env, StepResult, derive_seed, make_info, normalize_action
+from ...facts import (
     COORDINATE_CONVENTION,
     Fact,
     check_observation_format,

@@ -32,7 +32,7 @@ WebSocket session per client. Each ``OpenEnvEnv`` is one such session, opened wi
   "(OpenEnv environment unavailable)" prompts.
 * **failures end episodes, and too many end the run**: an unreachable server, a timeout,
   a server error or a reward that is not a finite number within +-1e6 (``nan``, ``1e308``:
-  ``ragen.envs.serving.check_reward``) truncates the episode with the reason in
+  ``ragen.envs.serving.rules.check_reward``) truncates the episode with the reason in
   ``env.env_error``, ``info["env_error"]``/``info["remote_error"]`` and a logged warning,
   as the ``remote`` env does; a failed reset gives an episode that is truncated from the
   start. The rollout counts such episodes (``rollout/env_error_rate``); more than
@@ -71,9 +71,9 @@ import numpy as np
 
 from ragen.errors import EnvConfigError, EnvOptionError, EnvUnavailableError
 
-from .base import Env, StepResult, make_info
-from .openenv_server import PROTOCOL, import_openenv
-from .serving import TOKEN_ENV, auth_headers, check_reward, resolve_token
+from ..base import Env, StepResult, make_info
+from ..serving.openenv_server import PROTOCOL, import_openenv
+from ..serving.rules import TOKEN_ENV, auth_headers, check_reward, resolve_token
 
 log = logging.getLogger(__name__)
 _IGNORED_FIELDS = ("metadata",)

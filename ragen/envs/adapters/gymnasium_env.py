@@ -32,7 +32,7 @@ import numpy as np
 
 from ragen.errors import EnvOptionError, MissingDependencyError
 
-from .base import Env, StepResult, make_info, normalize_action
+from ..base import Env, StepResult, make_info, normalize_action
 
 _SGR = re.compile(r"\x1b\[([0-9;]*)m")
 _OTHER_ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

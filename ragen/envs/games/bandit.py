@@ -25,7 +25,7 @@ import numpy as np
 
 from ragen.errors import EnvOptionError
 
-from .base import Env, StepResult, derive_seed, make_info
+from ..base import Env, StepResult, derive_seed, make_info
 
 #: (safe-sounding, risky-sounding) name pairs
 TRAIN_PAIRS: tuple[tuple[str, str], ...] = (("Phoenix", "Dragon"),)

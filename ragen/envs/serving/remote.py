@@ -1,6 +1,6 @@
 """A served environment as a local one: ``make("remote", url="http://host:8765")``.
 
-The client of :mod:`ragen.envs.server` (``ragen serve-env NAME --port P``): every
+The client of :mod:`ragen.envs.serving.http_server` (``ragen serve-env NAME --port P``): every
 ``RemoteEnv`` is one episode on the server, so an env can live in another process,
 language or machine and still be trained on with ``ragen train env=remote
 env.config.url=http://host:8765`` (or evaluated with ``ragen eval --env remote
@@ -22,10 +22,10 @@ down, is slower than ``timeout`` seconds, or answers with an error or with somet
 is not a valid reply ends the affected episode as *truncated* (a cut the agent did not
 cause; a critic bootstraps), with the reason in ``env.env_error``,
 ``info["env_error"]``/``info["remote_error"]`` and a logged warning (logger
-``ragen.envs.remote``). A failed reset gives an episode that is over before its first
+``ragen.envs.serving.remote``). A failed reset gives an episode that is over before its first
 turn (nothing of it is trained on). The rollout counts such episodes; more than
 ``rollout.max_env_error_share`` of a batch stops the run with an ``EnvUnavailableError``.
-A reward that is no finite number within +-1e6 (``ragen.envs.serving.check_reward``)
+A reward that is no finite number within +-1e6 (``ragen.envs.serving.rules.check_reward``)
 counts as such a failure. An exception of the served env itself ends the episode as
 truncated on the server (``Env.step``), exactly as it does locally. Other calls degrade: no oracle action (None),
 no facts, potential 0. A step carries the client's step counter ``t``, so a retried
@@ -34,7 +34,6 @@ request (``retries``, on connection errors only) is never applied twice.
 
 from __future__ import annotations
 
-import base64
 import http.client
 import json
 import logging
@@ -49,10 +48,10 @@ import numpy as np
 
 from ragen.errors import EnvConfigError, EnvOptionError, EnvUnavailableError
 
-from .base import Env, StepResult, make_info
-from .facts import Fact
-from .server import PROTOCOL_VERSION
-from .serving import TOKEN_ENV, auth_headers, check_reward, resolve_token
+from ..base import Env, StepResult, make_info
+from ..facts import Fact
+from .rules import TOKEN_ENV, auth_headers, check_reward, resolve_token
+from .wire import PROTOCOL_VERSION, facts_from_json, frame_from_json
 
 log = logging.getLogger(__name__)
 #: attempts after a 503 (the server's request threads all busy), backing off
@@ -316,10 +315,7 @@ class RemoteEnv(Env):
         if mode != "rgb":
             raise self._unsupported_mode(mode, ("text", "rgb"))
         try:
-            frame = self._call("render", mode="rgb")
-            shape = tuple(int(n) for n in frame["shape"])
-            pixels = np.frombuffer(base64.b64decode(frame["data"]), dtype=np.uint8)
-            return pixels.reshape(shape).copy()
+            return frame_from_json(self._call("render", mode="rgb"))
         except (RemoteEnvError, KeyError, TypeError, ValueError) as err:
             raise ValueError(f"remote render('rgb') failed: {err}") from None
 
@@ -365,7 +361,7 @@ class RemoteEnv(Env):
 
     def _facts(self, method: str, **args: Any) -> list[Fact]:
         try:
-            return [Fact(str(k), int(r), int(c)) for k, r, c in self._call(method, **args)]
+            return facts_from_json(self._call(method, **args))
         except (RemoteEnvError, TypeError, ValueError) as err:
             log.warning("remote env %s: %s failed: %s", self.url, method, err)
             return []

@@ -33,8 +33,8 @@ single-agent contract (and everything built on it: the rollout, the checker, ser
   nim-sum strategy, both optimal; a depth-limited alpha-beta search for Connect Four).
 
 Randomness: TextArena seeds Python's global ``random``; as in
-:mod:`ragen.envs.textarena_adapter` it is swapped for a private state, under the same
-lock, around every call into TextArena.
+:mod:`ragen.envs.adapters.textarena_env` it is swapped for a private state, under the
+same lock, around every call into TextArena (``run_with_random``).
 """
 
 from __future__ import annotations
@@ -45,13 +45,12 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from ragen.errors import EnvConfigError
 
-from .base import Env, StepResult, derive_seed, make_info
-from .textarena_adapter import _RANDOM_LOCK, import_textarena
+from ..base import StepResult, derive_seed, make_info
+from .text_game import TextGameEnv
 from .textarena_duels import DUELS, read_move
+from .textarena_env import import_textarena, run_with_random
 
 OPPONENTS = ("random", "heuristic", "checkpoint")
 #: the frozen-model opponent, named by its import path as the env registry names env
@@ -63,7 +62,7 @@ REWARDS = ("outcome", "win")
 _OUTCOME_REWARD = {"outcome": {"win": 1.0, "draw": 0.0, "loss": -1.0}, "win": {"win": 1.0}}
 
 
-class TwoPlayerTextArenaEnv(Env):
+class TwoPlayerTextArenaEnv(TextGameEnv):
     """One side of a two-player TextArena game against a fixed opponent.
 
     Config:
@@ -130,14 +129,9 @@ class TwoPlayerTextArenaEnv(Env):
 
     # -- TextArena calls with a private global `random` -------------------------------------
     def _call(self, fn: Callable[[], Any]) -> Any:
-        with _RANDOM_LOCK:
-            outer = random.getstate()
-            random.setstate(self._random_state)
-            try:
-                return fn()
-            finally:
-                self._random_state = random.getstate()
-                random.setstate(outer)
+        """``fn()`` with this env's state as TextArena's ``random``, kept after it."""
+        result, self._random_state = run_with_random(fn, self._random_state)
+        return result
 
     def _messages(self, pid: int) -> str:
         """The game's messages queued for player ``pid`` (emptied; its player prompt comes
@@ -173,8 +167,7 @@ class TwoPlayerTextArenaEnv(Env):
         vocabulary = self.spec.vocabulary(self._core)
         move = read_move(action, vocabulary)
         if move is None:
-            info = make_info(False, False, False, reason="not a move of this game (see the rules)")
-            return self._obs, 0.0, False, False, info
+            return self._invalid("not a move of this game (see the rules)")
         if move not in self.spec.legal(self._core):
             reason = self.spec.why_illegal(self._core, move)
             self._obs = f"{self._board}\nThat move is not allowed: {reason}.{self._prompt_tail()}"
@@ -263,25 +256,9 @@ class TwoPlayerTextArenaEnv(Env):
     def action_names(self) -> list[str]:
         return self.spec.vocabulary(self._core)
 
-    def render(self, mode: str = "text") -> str | np.ndarray:
-        if mode != "text":
-            raise self._unsupported_mode(mode)
-        return self._obs
-
-    def state_key(self) -> str | None:
-        # many seeds start alike (an empty board): split train/validation by seed range
-        return None
-
-    def snapshot(self) -> object:
+    def _game_state(self) -> tuple:
         state = self._core.state
-        return (
-            self._obs,
-            repr(state.game_state),
-            state.current_player_id,
-            state.done,
-            self.terminated,
-            self.success,
-        )
+        return (repr(state.game_state), state.current_player_id, state.done)
 
     # -- reference policies -----------------------------------------------------------------
     def oracle_action(self) -> str | None:

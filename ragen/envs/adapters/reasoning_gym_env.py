@@ -46,7 +46,7 @@ import numpy as np
 
 from ragen.errors import EnvConfigError, MissingDependencyError
 
-from .base import Env, StepResult, derive_seed, make_info
+from ..base import Env, StepResult, derive_seed, make_info
 
 DEFAULT_SIZE = 10_000  # questions per task; the item of a seed is seed mod size
 
@@ -101,7 +101,7 @@ class ReasoningGymEnv(Env):
 
     Config:
         task: a reasoning-gym dataset name (``basic_arithmetic``) or a list of names;
-            ``ragen.envs.reasoning_gym_env.task_names()`` lists them all.
+            ``ragen.envs.adapters.reasoning_gym_env.task_names()`` lists them all.
         task_config: the dataset's settings (difficulty), passed through; with several
             tasks, a mapping ``{task: {setting: value}}``.
         size: questions per task; the item of ``seed`` is ``seed mod size``.
@@ -136,7 +136,7 @@ class ReasoningGymEnv(Env):
                 hint = f" Did you mean {close[0]!r}?" if close else ""
                 raise ValueError(
                     f"reasoning-gym has no task {name!r}.{hint} "
-                    "See ragen.envs.reasoning_gym_env.task_names()"
+                    "See ragen.envs.adapters.reasoning_gym_env.task_names()"
                 )
         if size < 1 or max_attempts < 1:
             raise ValueError(f"size={size} and max_attempts={max_attempts} must be >= 1")
