@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     # deferred: the config imports torch (its choices come from ragen.algo), and `ragen
     # --help` must not wait for it
     from ragen.trainer.config import load_config
-    from ragen.trainer.config_help import commented_yaml, help_text, markdown
+    from ragen.trainer.config.describe import commented_yaml, help_text, markdown
 
     if args.help_config:
         print(markdown() if args.help_config == "markdown" else help_text(), end="")

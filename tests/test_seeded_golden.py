@@ -25,7 +25,8 @@ import pytest
 import torch
 
 from ragen.agent.rollout import RolloutConfig
-from ragen.sft.trainer import SFTConfig, run_sft
+from ragen.sft.config import SFTConfig
+from ragen.sft.trainer import run_sft
 from ragen.trainer.config import load_config
 from ragen.trainer.starpo import StarPOTrainer
 

@@ -482,7 +482,7 @@ class DataParallelUpdater:
         if not self.sharded:  # rank 0's replica; the next phase broadcasts a change
             yield tr.models.actor, tr.models.critic, tr.models.optimizers()
             return
-        from ragen.trainer import setup
+        from ragen.trainer.models import make_optimizer
 
         from . import fsdp
 
@@ -496,7 +496,7 @@ class DataParallelUpdater:
                 continue
             twin = fsdp.materialize(self.skeletons[role], whole[role], whole[f"{role}_buffers"])
             lr = m.actor_lr if role == "actor" else m.critic_lr
-            opt = setup.make_optimizer(twin, lr, m.weight_decay)
+            opt = make_optimizer(twin, lr, m.weight_decay)
             fsdp.load_named_optimizer_state(twin, opt, whole[fsdp.OPTIMIZERS[role]])
             twins[role], optimizers[role] = twin, opt
         yield twins["actor"], twins.get("critic"), optimizers

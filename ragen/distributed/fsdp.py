@@ -387,7 +387,7 @@ def shard_models(owner: Any, mesh: Any, model_cfg: Any) -> dict[str, torch.nn.Mo
     ``model`` section, their learning rates and warm-up), and send rank 0's whole state
     (weights and optimizer state, e.g. just resumed) into every rank's shards. Returns
     the meta skeletons of the models (what :func:`materialize` fills)."""
-    from ragen.trainer import setup
+    from ragen.trainer.models import make_optimizer, make_scheduler
 
     m = model_cfg
     rank = dist.get_rank()
@@ -408,8 +408,8 @@ def shard_models(owner: Any, mesh: Any, model_cfg: Any) -> dict[str, torch.nn.Mo
         if role not in models:
             continue
         old_sched = getattr(owner, SCHEDULERS[role])
-        opt = setup.make_optimizer(models[role], lrs[role], m.weight_decay)
-        sched = setup.make_scheduler(opt, m.warmup_steps)
+        opt = make_optimizer(models[role], lrs[role], m.weight_decay)
+        sched = make_scheduler(opt, m.warmup_steps)
         sched.load_state_dict(old_sched.state_dict())
         setattr(owner, attr, opt)
         setattr(owner, SCHEDULERS[role], sched)

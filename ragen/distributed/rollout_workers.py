@@ -140,7 +140,7 @@ class RolloutWorker:
         torch.set_num_threads(max(1, int(threads)))
         model, tokenizer = load_policy(model_path, device=device, dtype=dtype)
         if lora is not None and lora.rank > 0:
-            from ragen.trainer.setup import apply_lora
+            from ragen.models.lora import apply_lora
 
             model = apply_lora(model, lora)
         self.model = model.eval().requires_grad_(False)

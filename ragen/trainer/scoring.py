@@ -17,11 +17,11 @@ import torch
 
 from ragen import algo
 from ragen.agent.trajectory import Trajectory
+from ragen.batching import TrainingBatch
 from ragen.envs.base import derive_seed
 from ragen.models.vlm import is_processor
 
 from . import forward
-from .batching import TrainingBatch
 from .phase_context import PhaseContext
 
 

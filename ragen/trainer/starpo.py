@@ -41,12 +41,12 @@ from typing import Any
 import torch
 
 from ragen.agent.trajectory import Trajectory
+from ragen.batching import TrainingBatch
 from ragen.envs.base import derive_seed
 from ragen.envs.registry import slug
 from ragen.errors import ConfigError, DiskFullError, EnvUnavailableError
 
 from . import advantages, onepass, rollout_phase, run_checkpoints, scoring, update
-from .batching import TrainingBatch
 from .config import TrainConfig, to_dict, to_yaml
 from .dynamic_sampling import Curriculum
 from .forward import token_log_probs, token_values

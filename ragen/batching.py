@@ -1,4 +1,8 @@
-"""Turn trajectories into padded tensors and pack them into token-budget micro-batches.
+"""The typed batch of one update, for both trainers: trajectories padded into tensors
+(:func:`collate`) and packed into token-budget micro-batches (:func:`micro_batches`).
+
+The RL trainer (``ragen.trainer``) and SFT (``ragen.sft``) both train on a
+:class:`TrainingBatch`; neither reaches into the other for it.
 
 All per-token tensors are aligned to token positions of the training sequence:
 ``x[:, t]`` describes token ``input_ids[:, t]``. A log-prob at ``t`` is log p(token t |
@@ -16,7 +20,6 @@ import torch
 from torch import Tensor
 
 from ragen.agent.trajectory import Trajectory
-from ragen.errors import ConfigError
 
 
 @dataclass
@@ -180,119 +183,6 @@ def prompt_keys(batch: TrainingBatch, rows: Sequence[int]) -> list[tuple[int, ..
     return [tuple(r[:n]) for r, n in zip(ids, first.tolist())]
 
 
-TURN_BASELINES = ("turn", "state")
-# which tokens take part in masked_gae's recursion (M_adv): the sampled ids, or the sampled
-# ids plus the template tokens that close each assistant turn (e.g. ``<|im_end|>``)
-ADVANTAGE_TOKENS = ("response", "response_and_turn_end")
-
-
-def baseline_groups(
-    trajectories: Sequence[Trajectory], turn_baseline: str = "turn"
-) -> torch.Tensor:
-    """``(B,)`` long: the group each sample's baseline comes from (GRPO-style estimators,
-    ``norm_grouping=state``).
-
-    A full-history sample is grouped with the other episodes from its initial state
-    (``group_id``). A windowed sample (one turn, scored by its reward-to-go) is grouped,
-    within its initial state's episodes, with
-
-    * ``turn``: the same turn of the other episodes. Reward-to-go shrinks as an episode
-      goes on, so turn 8's credit must not be measured against turn 0's. At turn 0 the
-      group shares one state exactly; later, only the same start and age.
-    * ``state``: every turn, of any of those episodes, that answered the same
-      observation (GiGPO's anchor states, Feng et al. 2025): the moves made from one
-      state are compared with each other, so a move's advantage is about the move. A
-      state met only once is its own group (a zero advantage under GRPO/Dr.GRPO). Needs
-      a fully observed env whose observation text is the state (the grids).
-    """
-    if turn_baseline not in TURN_BASELINES:
-        raise ConfigError(f"unknown turn baseline {turn_baseline!r}: use turn or state")
-    keys: dict[tuple[int, object], int] = {}
-    ids = []
-    for t in trajectories:
-        if t.reward_from_turn is None:  # full history (or not windowed)
-            key: tuple[int, object] = (t.group_id, None)
-        elif turn_baseline == "state":
-            key = (t.group_id, t.turns[t.turn_index].observation)
-        else:
-            key = (t.group_id, t.turn_index)
-        ids.append(keys.setdefault(key, len(keys)))
-    return torch.tensor(ids, dtype=torch.long)
-
-
-REWARD_PLACEMENTS = ("trajectory", "turn")  # place_rewards(placement=...)
-
-
-def place_rewards(
-    trajectories: Sequence[Trajectory],
-    scores: torch.Tensor,
-    shape: tuple[int, int],
-    placement: str,
-) -> torch.Tensor:
-    """Token-level rewards (B, T).
-
-    ``trajectory``: the (possibly normalized) sample score ``scores[i]`` sits on the
-    sample's last sampled token. ``turn``: each turn's reward sits on its turn-end token
-    (the form TRICO's bi-level GAE expects).
-    """
-    rewards = torch.zeros(shape)
-    for i, traj in enumerate(trajectories):
-        if not traj.turn_ends:
-            continue
-        if placement == "trajectory":
-            rewards[i, traj.turn_ends[-1]] = scores[i]
-        elif placement == "turn":
-            ends = torch.tensor(traj.turn_ends, dtype=torch.long)
-            rewards[i, ends] = torch.tensor(
-                traj.turn_rewards[: len(traj.turn_ends)], dtype=torch.float
-            )
-        else:
-            raise ConfigError(f"unknown reward placement {placement!r}: use trajectory or turn")
-    return rewards
-
-
-def mask_certain_tokens(batch: TrainingBatch, min_entropy: float) -> dict[str, float]:
-    """Zero the advantages of response tokens the behaviour policy was nearly certain of.
-
-    ``batch.advantages`` (B, T) *= ``old_entropy >= min_entropy`` on the response tokens
-    (``algo.pg_min_entropy``). Why: a reply template's tokens (tags, the words around the
-    decision) have p ~ 1 and entropy ~ 0; in a batch of mostly failed episodes they carry
-    negative advantages, and although each gradient ``(1 - p)`` is tiny, Adam scales small
-    consistent gradients up to full steps, until the template breaks.
-    Only the "forking" tokens, where the policy actually chooses, take the policy
-    gradient. Returns ``actor/pg_token_frac``, the share of response tokens kept.
-    """
-    if batch.old_entropy is None or batch.advantages is None:
-        raise ValueError("mask_certain_tokens needs old_entropy and advantages on the batch")
-    mask = batch.response_mask > 0
-    keep = (batch.old_entropy >= min_entropy) & mask
-    batch.advantages = batch.advantages * keep.to(batch.advantages.dtype)
-    kept = float(keep.sum()) / max(float(mask.sum()), 1.0)
-    return {"actor/pg_token_frac": kept}
-
-
-def floor_advantages(batch: TrainingBatch, floor: float) -> dict[str, float]:
-    """Raise the response tokens' advantages below ``floor`` to it (``algo.advantage_floor``).
-
-    ``batch.advantages`` (B, T) = ``max(A, floor)`` on the response tokens. With floor 0
-    the update only raises the probability of samples that did better than their
-    baseline and never pushes a sampled token down: the policy-gradient form of filtered
-    behaviour cloning (RAFT, ReST), with the group or critic baseline as the filter.
-    Why: when a reply names its move twice (the thought, then the answer copying it), a
-    negative advantage on the copied answer token teaches the answer to differ from the
-    thought, and the copy breaks before the decision improves. The
-    expected gradient is no longer unbiased; it still moves probability from worse to
-    better moves, since raising a token lowers its alternatives.
-    Returns ``actor/floored_frac``, the share of response tokens raised.
-    """
-    if batch.advantages is None:
-        raise ValueError("floor_advantages needs advantages on the batch")
-    mask = batch.response_mask > 0
-    below = (batch.advantages < floor) & mask
-    batch.advantages = torch.where(mask, batch.advantages.clamp(min=floor), batch.advantages)
-    return {"actor/floored_frac": float(below.sum()) / max(float(mask.sum()), 1.0)}
-
-
 def token_budget_micro_batches(
     lengths: Sequence[int],
     token_budget: int,
@@ -347,22 +237,3 @@ def padding_fraction(lengths: Sequence[int], batches: Sequence[Sequence[int]]) -
     real = sum(lengths[i] for b in batches for i in b)
     padded = sum(max(lengths[i] for i in b) * len(b) for b in batches if b)
     return 0.0 if padded == 0 else 1.0 - real / padded
-
-
-def filter_sample_values(trajectories: Sequence[Trajectory], metric: str) -> list[float] | None:
-    """The per-sample values the StarPO-S filter ranks groups by, ``(B,)`` (else ``None``).
-
-    * ``entropy``: the mean surprisal of the sampled tokens, ``-(1/|y|) sum_t log p(y_t)``
-      from the generation log-probs -- an unbiased estimate of the mean token entropy that
-      needs no extra forward pass (0 for a sample without response tokens);
-    * ``length``: the number of sampled tokens.
-    """
-    if metric == "entropy":
-        out = []
-        for tr in trajectories:
-            lps = [lp for lp, m in zip(tr.gen_logprobs, tr.response_mask) if m]
-            out.append(-sum(lps) / len(lps) if lps else 0.0)
-        return out
-    if metric == "length":
-        return [float(tr.num_response_tokens) for tr in trajectories]
-    return None
