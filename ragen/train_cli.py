@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
 
 def scale_out(trainer):
     """Rollout workers and training ranks for ``trainer`` (``ragen.distributed.ScaleOut``;
-    deferred: Ray and torch.distributed load only for a run that scales out)."""
-    from ragen.distributed import ScaleOut
+    Ray and torch.distributed load only for a run that scales out)."""
+    from ragen.distributed import ScaleOut  # deferred: imports torch.distributed
 
     return ScaleOut(trainer)

@@ -26,11 +26,19 @@ Every failure a user can cause is one line (:class:`~ragen.errors.ModelLoadError
 
 from __future__ import annotations
 
+import copy
 import difflib
+import hashlib
 import json
 import os
+import shutil
+import socket
+import struct
+import sys
+import warnings
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from ragen.checkpoint_verify import verify_model_folder
 from ragen.errors import ConfigError, ModelLoadError
@@ -207,9 +215,6 @@ def _in_hub_cache(repo_id: str) -> bool:
 def _hub_reachable(timeout_s: float = 2.0) -> bool:
     """Whether a TCP connection to the hub (``$HF_ENDPOINT``) opens within ``timeout_s``:
     an offline machine learns so at once instead of after the hub client's retries."""
-    import socket
-    from urllib.parse import urlparse
-
     url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
     port = url.port or (80 if url.scheme == "http" else 443)
     try:
@@ -313,8 +318,6 @@ def check_gguf(path: str | os.PathLike) -> None:
 
 def _gguf_header_problem(path: Path) -> str | None:
     """What is wrong with the fixed 24-byte header, or None; reads only the header."""
-    import struct
-
     size = path.stat().st_size
     with open(path, "rb") as f:
         head = f.read(_GGUF_HEADER)
@@ -363,8 +366,6 @@ def _hub_error(name: str, err: Exception, offline: bool) -> ModelLoadError:
 
 def gguf_cache_dir(gguf_path: str | os.PathLike) -> Path:
     """The HF-format conversion folder for a GGUF file (exists only once converted)."""
-    import hashlib
-
     path = Path(gguf_path).expanduser().resolve()
     st = path.stat()
     key = hashlib.blake2b(
@@ -388,8 +389,6 @@ def convert_gguf(gguf_path: str | os.PathLike, trust_remote_code: bool = False) 
     Returns the cached folder; writing goes to a temporary sibling that is renamed at
     the end, so an interrupted conversion never leaves a half-written cache.
     """
-    import sys
-
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -414,8 +413,6 @@ def convert_gguf(gguf_path: str | os.PathLike, trust_remote_code: bool = False) 
     try:
         tmp.replace(target)
     except OSError:  # another process finished first
-        import shutil
-
         shutil.rmtree(tmp, ignore_errors=True)
     return target
 
@@ -423,8 +420,6 @@ def convert_gguf(gguf_path: str | os.PathLike, trust_remote_code: bool = False) 
 def _without_quantizer(model):
     """The same weights in a plain model: transformers refuses to save a "gguf-quantized"
     model although its weights are already dequantized tensors."""
-    import copy
-
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -457,8 +452,6 @@ def _cached_gguf_folder(folder: str, gguf_file: str, create: bool, trust_remote_
     except ModelLoadError:  # a damaged file: no fallback helps
         raise
     except OSError as err:  # read-only or full disk: load the GGUF directly instead
-        import warnings
-
         warnings.warn(
             f"could not cache the GGUF conversion ({err}); loading directly", stacklevel=3
         )

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import os
+import sys
 from typing import Any
 
 from ragen.errors import ModelLoadError, UsageError
@@ -174,8 +175,6 @@ def load_critic(path, device: Any = None, dtype: Any = None):
 
 def _say(message: str) -> None:
     """One line on stderr, in our words, for what transformers would report at length."""
-    import sys
-
     print(message, file=sys.stderr, flush=True)
 
 

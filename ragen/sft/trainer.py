@@ -33,6 +33,7 @@ from ragen.models.logprobs import sequence_logprobs, wanted_logits
 from ragen.models.lora import LoraConfig, apply_lora
 from ragen.models.memory import resolve_token_budget
 from ragen.models.precision import autocast_for
+from ragen.models.tiny import build_model
 from ragen.models.vlm import forward_inputs, is_processor, row_images, text_tokenizer
 from ragen.sft.state_success import training_state_success
 
@@ -404,8 +405,6 @@ def _tiny_info(base_model: str) -> dict | None:
 def _redrawn_tiny(model, tokenizer, info: dict, seed: int):
     """A fresh random init of the tiny model ``model`` is (same size, tokenizer and
     chat format; init seed ``seed``), on ``model``'s device."""
-    from ragen.models.tiny import build_model
-
     device = next(model.parameters()).device
     fresh = build_model(
         info["size"], tokenizer, seed=seed, chat_format=info.get("chat_format", "chatml")

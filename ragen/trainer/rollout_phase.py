@@ -25,6 +25,7 @@ from ragen.agent.metrics import rollout_metrics
 from ragen.agent.trajectory import Trajectory
 from ragen.batching import TrainingBatch, collate
 from ragen.envs.base import derive_seed
+from ragen.errors import ConfigError
 
 from .credit import baseline_groups, place_rewards
 from .dynamic_sampling import sample_informative
@@ -147,8 +148,6 @@ def stalled_error(cfg: TrainConfig, skipped: int, metrics: dict[str, float], rea
     """The one-line :class:`ConfigError` after ``skipped`` consecutive steps that trained
     nothing; ``reason``: why the last one did not (``"filter"``: the filter kept no
     group; else every kept episode overflowed the context before its first response)."""
-    from ragen.errors import ConfigError
-
     r, f = cfg.rollout, cfg.algo.filter
     head = f"{skipped} consecutive steps trained nothing, so the run stops"
     tail = (

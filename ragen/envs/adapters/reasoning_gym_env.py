@@ -35,6 +35,7 @@ A verifier that raises on a strange answer scores it 0 (the reason is in
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import json
@@ -83,8 +84,6 @@ def _dataset(task: str, config_json: str, dataset_seed: int, size: int) -> Any:
     try:
         return rg.create_dataset(task, seed=dataset_seed, size=size, **config)
     except TypeError as err:
-        import dataclasses
-
         fields = [f.name for f in dataclasses.fields(config_cls) if f.name not in ("seed", "size")]
         raise EnvConfigError(
             f"reasoning-gym task {task!r} rejected task_config {config} ({err}); "

@@ -38,6 +38,7 @@ may need ``nltk`` data from the network on their first reset.
 from __future__ import annotations
 
 import copy
+import difflib
 import itertools
 import random
 import re
@@ -241,8 +242,6 @@ def _make_core(ta: Any, game: str, kwargs: dict[str, Any]) -> Any:
 
     games = sorted(k.removesuffix("-raw") for k in ENV_REGISTRY if k.endswith("-raw"))
     if f"{game}-raw" not in ENV_REGISTRY:
-        import difflib
-
         close = difflib.get_close_matches(game, games, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise EnvOptionError(

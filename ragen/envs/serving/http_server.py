@@ -53,6 +53,7 @@ sides); serve beyond localhost only with one. These rules, and their messages, a
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 import socket
@@ -248,8 +249,7 @@ class EnvService:
                 return {"result": float(env.progress_potential())}
             if method == "snapshot":
                 return {"result": repr(env.snapshot())}
-            import copy  # clone: an independent copy of the episode (the oracle's lookahead)
-
+            # clone: an independent copy of the episode (the oracle's lookahead)
             twin = copy.deepcopy(env)
         return {"result": self._add(twin)}
 
