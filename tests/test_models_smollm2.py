@@ -25,7 +25,8 @@ def test_smollm2_greedy_chat_reply():
     from ragen.engines.base import SamplingParams
     from ragen.engines.hf import HFEngine
     from ragen.models import load_policy
-    from ragen.models.loading import chat_template_kind, gguf_cache_dir
+    from ragen.models.gguf import gguf_cache_dir
+    from ragen.models.loading import chat_template_kind
 
     model, tok = load_policy(GGUF, device="cpu")
     assert (gguf_cache_dir(GGUF) / "config.json").is_file()  # converted once, reused

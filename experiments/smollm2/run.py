@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from ragen.agent.evaluate import evaluate
     from ragen.agent.rollout import RolloutConfig
-    from ragen.models.loading import resolve_model
+    from ragen.models.names import resolve_model
     from ragen.sft.config import SFTConfig
     from ragen.sft.trainer import run_sft
     from ragen.trainer.config import load_config

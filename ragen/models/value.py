@@ -29,7 +29,8 @@ from typing import Any
 
 from ragen.errors import ModelLoadError, UsageError
 
-from .loading import load_policy, pick_device, pick_dtype, quiet_transformers, resolve_source
+from .hf_setup import quiet_transformers
+from .loading import load_policy, pick_device, pick_dtype
 from .logprobs import (
     backbone_hidden,
     duplicate_rows,
@@ -39,6 +40,7 @@ from .logprobs import (
     runs_whole,
     shared_prefix_columns,
 )
+from .names import resolve_source
 from .vlm import create_vision_critic, is_vision_config
 
 

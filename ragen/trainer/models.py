@@ -22,9 +22,10 @@ import torch
 
 from ragen.models import load_policy
 from ragen.models.hf_setup import enable_activation_checkpointing
-from ragen.models.loading import pick_device, pick_dtype, resolve_model
+from ragen.models.loading import pick_device, pick_dtype
 from ragen.models.lora import apply_lora
 from ragen.models.memory import resolve_token_budget
+from ragen.models.names import resolve_model
 from ragen.models.precision import cpu_autocast
 from ragen.models.value import create_critic
 from ragen.models.vlm import text_tokenizer
