@@ -166,7 +166,7 @@ def bench_served(n: int) -> None:
     from ragen.agent.evaluate import evaluate
     from ragen.agent.policies import OraclePolicy
     from ragen.agent.rollout import RolloutConfig, run_rollout
-    from ragen.envs.server import EnvServer
+    from ragen.envs.serving.http_server import EnvServer
 
     print("\n3. Served envs (wall clock; the server is another process)")
     process, url = _serve("cube2x2")
@@ -215,7 +215,7 @@ def bench_served(n: int) -> None:
 
 
 def _sleepy_cube():
-    from ragen.envs.cube2x2 import Cube2x2Env
+    from ragen.envs.games.cube2x2 import Cube2x2Env
 
     class SleepyCube(Cube2x2Env):
         description = "cube2x2 whose steps take 50 ms"

@@ -20,7 +20,7 @@ import statistics
 import time
 
 import ragen.envs as envs
-from ragen.envs.sokoban import generate_room, solve_room
+from ragen.envs.games.sokoban import generate_room, solve_room
 from ragen.errors import EnvConfigError
 
 

@@ -26,10 +26,11 @@ def main() -> None:
     args = p.parse_args()
 
     from ragen.agent.rollout import RolloutConfig
+    from ragen.batching import collate
     from ragen.models import load_policy
     from ragen.models.logprobs import sequence_logprobs
-    from ragen.sft.trainer import SFTConfig, make_expert_data
-    from ragen.trainer.batching import collate
+    from ragen.sft.config import SFTConfig
+    from ragen.sft.expert_data import make_expert_data
 
     torch.manual_seed(0)
     model, tok = load_policy(f"tiny:{args.size}")

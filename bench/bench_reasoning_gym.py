@@ -5,7 +5,7 @@ Run:
     OMP_NUM_THREADS=1 .venv/bin/python -m bench.bench_reasoning_gym            # 50 seeds
     OMP_NUM_THREADS=1 .venv/bin/python -m bench.bench_reasoning_gym --seeds 10 --tasks gcd lcm
 
-For each task (``ragen.envs.reasoning_gym_env.task_names()``) with its default
+For each task (``ragen.envs.adapters.reasoning_gym_env.task_names()``) with its default
 settings, the oracle (the generator's own answer) and the random policy (the answer of
 another question of the same task) answer the questions of seeds ``0..N-1``; the table
 gives each policy's success rate (score >= 1) and mean score, and marks tasks that
@@ -22,7 +22,7 @@ import time
 
 
 def measure(task: str, seeds: int) -> dict[str, float] | str:
-    from ragen.envs.reasoning_gym_env import ReasoningGymEnv
+    from ragen.envs.adapters.reasoning_gym_env import ReasoningGymEnv
 
     try:
         env = ReasoningGymEnv(task=task)
@@ -50,7 +50,7 @@ def measure(task: str, seeds: int) -> dict[str, float] | str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from ragen.envs.reasoning_gym_env import task_names
+    from ragen.envs.adapters.reasoning_gym_env import task_names
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=50, help="questions per task and policy")

@@ -28,6 +28,8 @@ from pathlib import Path
 import torch
 
 from ragen.sft import trainer as sft
+from ragen.sft.config import SFTConfig
+from ragen.sft.expert_data import auxiliary_config, make_expert_data
 
 
 def _data(tokenizer, episodes: int):
@@ -35,7 +37,7 @@ def _data(tokenizer, episodes: int):
     from ragen.demo import BUDGETS, ENV_SHAPE, GRID_SFT
 
     budget = BUDGETS["full"]
-    cfg = sft.SFTConfig(
+    cfg = SFTConfig(
         env="sokoban",
         rollout=ENV_SHAPE["sokoban"].rollout(budget, "sokoban"),
         episodes=episodes,
@@ -43,9 +45,7 @@ def _data(tokenizer, episodes: int):
         **{k: v for k, v in GRID_SFT.items() if k != "heldout_episodes"},
     )
     cfg = replace(cfg, aux_episodes=episodes, heldout_episodes=0)
-    data = sft.make_expert_data(tokenizer, cfg) + sft.make_expert_data(
-        tokenizer, sft.auxiliary_config(cfg)
-    )
+    data = make_expert_data(tokenizer, cfg) + make_expert_data(tokenizer, auxiliary_config(cfg))
     return cfg, data
 
 

@@ -109,10 +109,12 @@ def _rollout_config(args):
 
 def run_sft(args, bf16: bool) -> None:
     """One epoch of SFT against the bare loop over the same tokens (see the module doc)."""
+    from ragen.batching import collate
     from ragen.models.precision import cpu_autocast
     from ragen.models.tiny import build_model, build_tokenizer
-    from ragen.sft.trainer import SFTConfig, make_expert_data, train_sft
-    from ragen.trainer.batching import collate
+    from ragen.sft.config import SFTConfig
+    from ragen.sft.expert_data import make_expert_data
+    from ragen.sft.trainer import train_sft
 
     tok = build_tokenizer("chatml")
     demo = {}

@@ -191,7 +191,8 @@ def model_folder(args, tmp: Path) -> Path:
         from ragen.models.tiny import create_tiny
 
         return create_tiny(tmp / "model", size=args.size, seed=args.seed)
-    from ragen.models.loading import convert_gguf, resolve_model
+    from ragen.models.gguf import convert_gguf
+    from ragen.models.names import resolve_model
 
     source = resolve_model(args.model)
     return convert_gguf(source) if str(source).endswith(".gguf") else Path(source)

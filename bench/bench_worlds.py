@@ -16,7 +16,7 @@ TextWorld games are compiled into ``$XDG_CACHE_HOME/ragen/textworld`` on first u
 ``--textworld-timing`` measures instead the wall time of a reset that generates,
 compiles and checks a new game, and of one that starts a cached game. ``--openenv``
 plays the same policies on ragen envs served over OpenEnv (``env=openenv``, a local
-``ragen.envs.openenv_server.OpenEnvServer``) beside the local envs, with the time each
+``ragen.envs.serving.openenv_server.OpenEnvServer``) beside the local envs, with the time each
 took.
 """
 
@@ -68,7 +68,7 @@ def openenv_rates(n: int) -> None:
     """The oracle and random rates of envs served over OpenEnv and of the same envs
     played locally (the same seeds and dynamics seeds: the rates must agree)."""
     from ragen.envs import make
-    from ragen.envs.openenv_server import OpenEnvServer
+    from ragen.envs.serving.openenv_server import OpenEnvServer
 
     print(f"{'env':<22} {'via':<8} {'policy':<7} {'success':>8} {'return':>7} {'s':>6}")
     for name in ("sokoban", "frozen_lake"):

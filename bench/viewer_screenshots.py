@@ -47,7 +47,8 @@ def make_runs(tmp: Path) -> dict[str, Path]:
     from ragen.models.tiny import create_tiny
     from ragen.models.tiny_vlm import create_tiny_vlm
     from ragen.models.vlm import load_processor
-    from ragen.sft.trainer import SFTConfig, run_sft
+    from ragen.sft.config import SFTConfig
+    from ragen.sft.trainer import run_sft
     from ragen.viewer.synthetic import synthesize
 
     runs = {}

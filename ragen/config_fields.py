@@ -12,8 +12,9 @@ registered later is accepted too), the range (``ge``/``gt``/``le``/``lt``; ``Non
 always passes where the type allows it) and a custom ``check`` for what no range says
 (a device name). :func:`check_section` validates a section from it; ``ragen train
 --help-config``, ``--print-config`` and docs/CONFIG.md print it
-(``ragen.trainer.config_help``). Checks that involve two keys stay in code beside the
-section (``RolloutConfig.validate``, ``ragen.trainer.config``).
+(``ragen.trainer.config.describe``). Checks that involve two keys stay in code beside
+the section (``RolloutConfig.validate``, ``ragen.trainer.config.validation``), and
+raise the same one-line error through :func:`fail`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 
 from ragen.errors import ConfigError, check_choice
 
-__all__ = ["Spec", "option", "spec_of", "check_section", "walk_fields", "display_key"]
+__all__ = ["Spec", "option", "spec_of", "check_section", "walk_fields", "display_key", "fail"]
 
 _META = "ragen"  # the metadata key of a field's Spec
 
@@ -127,6 +128,12 @@ def walk_fields(obj_or_cls: Any, prefix: str = "") -> Iterator[tuple[str, datacl
             yield from walk_fields(value, f"{prefix}{f.name}.")
         else:
             yield display_key(prefix, f.name), f, value
+
+
+def fail(key: str, problem: str, fix: str) -> None:
+    """Raise the one-line :class:`~ragen.errors.ConfigError` every config check raises:
+    ``"<key>: <problem>. Fix: <fix>"``."""
+    raise ConfigError(f"{key}: {problem}. Fix: {fix}")
 
 
 def check_section(obj: Any, prefix: str = "", *, what: str = "all") -> None:

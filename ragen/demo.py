@@ -197,7 +197,7 @@ class Budget:
     reasoning_by_env: dict[str, str] = field(default_factory=dict)
     # ``rollout.max_new_tokens`` of one env, over the format's default
     max_new_tokens_by_env: dict[str, int] = field(default_factory=dict)
-    # SFTConfig fields of one env over the sft_* above (ragen.sft.trainer.SFTConfig)
+    # SFTConfig fields of one env over the sft_* above (ragen.sft.config.SFTConfig)
     sft_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     # episodes per initial state of one env, over ``group_size``
     group_size_by_env: dict[str, int] = field(default_factory=dict)
@@ -397,7 +397,8 @@ class Demo:
         create_tiny(self.tiny_dir, size=self.budget.tiny_size, seed=self.seed)
 
     def stage_sft(self, env: str) -> None:
-        from ragen.sft.trainer import SFTConfig, run_sft  # deferred: imports torch
+        from ragen.sft.config import SFTConfig  # deferred: ragen.sft.trainer imports torch
+        from ragen.sft.trainer import run_sft
 
         self._require(self.tiny_dir / "config.json", "tiny")
         shape, b = ENV_SHAPE[env], self.budget
@@ -419,7 +420,7 @@ class Demo:
         if unknown:
             raise UsageError(
                 f"sft_overrides[{env!r}]: {unknown} are not SFTConfig fields "
-                "(ragen.sft.trainer.SFTConfig). Fix: use its field names, e.g. lr, batch_size"
+                "(ragen.sft.config.SFTConfig). Fix: use its field names, e.g. lr, batch_size"
             )
         cfg = dataclasses.replace(cfg, **changes)
         if b.micro_token_budget is not None:

@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     # deferred: the config imports torch (its choices come from ragen.algo), and `ragen
     # --help` must not wait for it
     from ragen.trainer.config import load_config
-    from ragen.trainer.config_help import commented_yaml, help_text, markdown
+    from ragen.trainer.config.describe import commented_yaml, help_text, markdown
 
     if args.help_config:
         print(markdown() if args.help_config == "markdown" else help_text(), end="")
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
 
 def scale_out(trainer):
     """Rollout workers and training ranks for ``trainer`` (``ragen.distributed.ScaleOut``;
-    deferred: Ray and torch.distributed load only for a run that scales out)."""
-    from ragen.distributed import ScaleOut
+    Ray and torch.distributed load only for a run that scales out)."""
+    from ragen.distributed import ScaleOut  # deferred: imports torch.distributed
 
     return ScaleOut(trainer)

@@ -262,12 +262,12 @@ def short_train_args(
 
 
 def advantage_batch(response_mask: list[list[float]], advantages: list[list[float]]) -> Any:
-    """A :class:`~ragen.trainer.batching.TrainingBatch` of zeros with the given response
+    """A :class:`~ragen.batching.TrainingBatch` of zeros with the given response
     mask and advantages, (B, T) each, for tests of what the trainer does to advantages
     before the update (``floor_advantages``, ``mask_certain_tokens``)."""
     import torch
 
-    from ragen.trainer.batching import TrainingBatch
+    from ragen.batching import TrainingBatch
 
     response = torch.tensor(response_mask, dtype=torch.float32)
     rows, length = response.shape

@@ -3,7 +3,7 @@
 
 Test-only code. Guess a hidden number in 1..8 from "higher"/"lower" hints, four guesses
 at most; reward 1 for finding it. Served by ``openenv-core``'s ``create_app`` under
-uvicorn (``ragen.envs.openenv_server.AppServer``), it is a real local OpenEnv server.
+uvicorn (``ragen.envs.serving.openenv_server.AppServer``), it is a real local OpenEnv server.
 
 ``to_action`` and ``to_text`` are the small user functions that map ragen's text
 actions and observations to its structured ones (``env.config.action_fn`` /

@@ -1,6 +1,6 @@
 """``algo.advantage_floor``: advantages below a floor are raised to it before the update.
 
-Floor 0 keeps only the push of better-than-baseline samples (``trainer.batching.
+Floor 0 keeps only the push of better-than-baseline samples (``trainer.advantages.
 floor_advantages``); prompt tokens are never touched; the config rejects non-finite
 floors; a real training step logs the share of tokens raised.
 """
@@ -13,8 +13,9 @@ import pytest
 import torch
 from fakes import advantage_batch, short_train_args
 
+from ragen.batching import TrainingBatch
 from ragen.errors import ConfigError
-from ragen.trainer.batching import TrainingBatch, floor_advantages
+from ragen.trainer.advantages import floor_advantages
 from ragen.trainer.config import load_config
 
 

@@ -6,7 +6,7 @@ import pytest
 from ragen.agent.env_manager import HELD_OUT_EVERY, VAL_SEED_START, EnvStateManager
 from ragen.envs import make
 from ragen.errors import UsageError
-from ragen.sft.trainer import SFT_SEED_STEP
+from ragen.sft.expert_data import SFT_SEED_STEP
 
 
 def _states(env_name, seeds, config=None):
@@ -90,7 +90,8 @@ def test_an_env_with_one_initial_state_says_how_to_fix_it():
 def test_expert_data_on_validation_states_for_held_out_probes(tiny_model_dir):
     from ragen.agent.rollout import RolloutConfig
     from ragen.models import load_policy
-    from ragen.sft.trainer import SFTConfig, make_expert_data
+    from ragen.sft.config import SFTConfig
+    from ragen.sft.expert_data import make_expert_data
 
     _, tok = load_policy(tiny_model_dir)
     cfg = SFTConfig(env="frozen_lake", episodes=16, rollout=RolloutConfig(max_turns=2))

@@ -261,7 +261,7 @@ def test_env_truncation_is_recorded_and_ends_the_turn():
 
 def test_gymnasium_time_limit_reaches_the_trajectory_as_env_truncated():
     gym = pytest.importorskip("gymnasium")
-    from ragen.envs.gym_adapter import GymEnv
+    from ragen.envs.adapters.gymnasium_env import GymEnv
 
     def lake():
         return GymEnv(

@@ -13,7 +13,7 @@ from ragen.algo import registry
 from ragen.cli import main
 from ragen.config_fields import option
 from ragen.trainer.config import ConfigError, TrainConfig, load_config
-from ragen.trainer.config_help import describe, markdown
+from ragen.trainer.config.describe import describe, markdown
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "CONFIG.md"
 

@@ -8,6 +8,7 @@ import pytest
 import ragen.sft.trainer as sft_trainer
 import ragen.trainer.starpo as starpo
 from ragen.demo import BUDGETS, GRID_SFT, SOKOBAN_SFT, Demo, budget_from_args
+from ragen.sft.config import SFTConfig
 
 
 def test_full_budget_plays_the_grids_with_one_move_replies_and_the_bandit_with_thoughts():
@@ -124,7 +125,7 @@ def test_the_longest_pipelines_are_started_first(tmp_path):
 
 @pytest.mark.parametrize("name", sorted(BUDGETS))
 def test_every_budgets_per_env_sft_fields_are_sft_config_fields(name):
-    fields = {f.name for f in dataclasses.fields(sft_trainer.SFTConfig)}
+    fields = {f.name for f in dataclasses.fields(SFTConfig)}
     for env, changes in BUDGETS[name].sft_overrides.items():
         assert set(changes) <= fields, (name, env)
 

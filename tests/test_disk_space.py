@@ -16,7 +16,8 @@ import ragen.disk_space as disk_space
 from ragen.agent.rollout import RolloutConfig
 from ragen.cli import main
 from ragen.errors import DiskFullError, RunDirError
-from ragen.sft.trainer import SFTConfig, run_sft
+from ragen.sft.config import SFTConfig
+from ragen.sft.trainer import run_sft
 
 Usage = namedtuple("Usage", "total used free")
 

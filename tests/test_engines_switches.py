@@ -37,7 +37,9 @@ def test_sft_step_under_bf16_keeps_fp32_weights_and_grads(monkeypatch, tiny_mode
     loss matches the float32 loss to bf16 precision."""
     from ragen.agent.rollout import RolloutConfig
     from ragen.models.loading import load_policy
-    from ragen.sft.trainer import SFTConfig, make_expert_data, train_sft
+    from ragen.sft.config import SFTConfig
+    from ragen.sft.expert_data import make_expert_data
+    from ragen.sft.trainer import train_sft
 
     monkeypatch.setattr(precision, "cpu_bf16_supported", lambda: True)
     _, tok = load_policy(tiny_model_dir, device="cpu")  # a CPU test on any machine

@@ -13,8 +13,8 @@ import pytest
 
 from ragen.envs import make
 from ragen.envs.facts import Fact, format_facts, parse_facts
-from ragen.envs.frozen_lake import FrozenLakeEnv
-from ragen.envs.sokoban import SokobanEnv, parse_levels
+from ragen.envs.games.frozen_lake import FrozenLakeEnv
+from ragen.envs.games.sokoban import SokobanEnv, parse_levels
 
 # a few strings no env reads as an action: they must be no-ops in predictions too
 GARBAGE = ("jump", "", "up up", "north", "<answer>", "7")

@@ -8,7 +8,7 @@ import pytest
 
 from ragen.envs import make
 from ragen.envs.checker import check_env
-from ragen.envs.game2048 import apply_move, can_move, slide_row
+from ragen.envs.games.game2048 import apply_move, can_move, slide_row
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from ragen.envs import make
-from ragen.envs.bandit import TEST_PAIRS, BanditEnv
+from ragen.envs.games.bandit import TEST_PAIRS, BanditEnv
 
 
 def pull_many(env: BanditEnv, arm: str, n: int, seed: int = 0) -> list[float]:

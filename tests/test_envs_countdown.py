@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ragen.envs import make
-from ragen.envs.arithmetic import ExpressionError, evaluate
-from ragen.envs.countdown import CountdownEnv, generate_puzzle, solve_countdown
+from ragen.envs.games.arithmetic import ExpressionError, evaluate
+from ragen.envs.games.countdown import CountdownEnv, generate_puzzle, solve_countdown
 
 
 @pytest.mark.parametrize(

@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from ragen.envs import cube2x2 as cube
 from ragen.envs import make
 from ragen.envs.checker import check_env
+from ragen.envs.games import cube2x2 as cube
 
 
 def _play(state, moves):
@@ -104,7 +104,8 @@ def test_expert_data_for_sft():
     from fakes import tiny_tokenizer
 
     from ragen.agent.rollout import RolloutConfig
-    from ragen.sft.trainer import SFTConfig, make_expert_data
+    from ragen.sft.config import SFTConfig
+    from ragen.sft.expert_data import make_expert_data
 
     data = make_expert_data(
         tiny_tokenizer(), SFTConfig(env="cube2x2", episodes=3, rollout=RolloutConfig())

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from ragen.envs import make
-from ragen.envs.frozen_lake import (
+from ragen.envs.games.frozen_lake import (
     ACTION_NAMES,
     FrozenLakeEnv,
     generate_map,

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from ragen.envs import make
-from ragen.envs.gym_adapter import GymEnv, MissingDependencyError, ansi_to_text
+from ragen.envs.adapters.gymnasium_env import GymEnv, MissingDependencyError, ansi_to_text
 from ragen.errors import RagenError
 
 gym = pytest.importorskip("gymnasium")

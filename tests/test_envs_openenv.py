@@ -25,7 +25,7 @@ from openenv_guess import make_app  # noqa: E402
 
 from ragen.envs import make  # noqa: E402
 from ragen.envs.checker import check_env  # noqa: E402
-from ragen.envs.openenv_server import AppServer, OpenEnvServer  # noqa: E402
+from ragen.envs.serving.openenv_server import AppServer, OpenEnvServer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 GUESS = {
@@ -149,7 +149,7 @@ def _free_port() -> int:
 
 def test_failures_end_episodes_not_runs(caplog):
     env = make("openenv", url=f"http://127.0.0.1:{_free_port()}", timeout=2)
-    with caplog.at_level(logging.WARNING, logger="ragen.envs.openenv_adapter"):
+    with caplog.at_level(logging.WARNING, logger="ragen.envs.adapters.openenv_client"):
         env.reset(0)
     assert env.truncated and "unavailable" in env.render() and "Connect" in env.error
     _, _, terminated, truncated, _ = env.step("up")

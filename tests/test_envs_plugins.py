@@ -12,8 +12,8 @@ import pytest
 
 import ragen.envs as envs
 from ragen.cli import main
+from ragen.envs.adapters.reasoning_gym_env import task_names
 from ragen.envs.checker import check_plugin
-from ragen.envs.reasoning_gym_env import task_names
 from ragen.errors import ConfigError, EnvContractError, MissingFileError, UnknownEnvError
 from ragen.trainer.config import load_config
 

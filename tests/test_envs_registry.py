@@ -53,7 +53,7 @@ def test_registry_errors_are_helpful():
     with pytest.raises(TypeError, match=r"unknown config key\(s\) \['dim_rooms'\]"):
         make("sokoban", dim_rooms=(6, 6))
     with pytest.raises(ValueError, match="already registered"):
-        envs.register("sokoban", "ragen.envs.sokoban.env:SokobanEnv", "dup")
+        envs.register("sokoban", "ragen.envs.games.sokoban.env:SokobanEnv", "dup")
     with pytest.raises(KeyError, match="'name'"):
         make_from_config({"p": 1.0})
 

@@ -22,7 +22,7 @@ from ragen.agent.policies import OraclePolicy
 from ragen.agent.rollout import RolloutConfig, run_rollout
 from ragen.envs import Env, make, make_info, register
 from ragen.envs.checker import check_env
-from ragen.envs.server import EnvServer
+from ragen.envs.serving.http_server import EnvServer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -159,7 +159,7 @@ def test_a_slow_server_times_out_into_a_truncation(caplog, slow_counter):
         env = make("remote", url=server.url, timeout=0.2)
         env.reset(0)
         tic = time.perf_counter()
-        with caplog.at_level(logging.WARNING, logger="ragen.envs.remote"):
+        with caplog.at_level(logging.WARNING, logger="ragen.envs.serving.remote"):
             obs, reward, terminated, truncated, info = env.step("inc")
         assert time.perf_counter() - tic < 0.9
     assert truncated and not terminated and reward == 0.0 and obs == "count 0"
@@ -295,7 +295,7 @@ def test_a_server_killed_mid_rollout_truncates_the_open_episodes(caplog):
             max_turns=4, max_actions_per_turn=1, max_actions_per_trajectory=4,
             max_env_error_share=1.0,
         )  # fmt: skip
-        with caplog.at_level(logging.WARNING, logger="ragen.envs.remote"):
+        with caplog.at_level(logging.WARNING, logger="ragen.envs.serving.remote"):
             result = run_rollout(_KillAfterFirstTurn(process), manager, config, [0, 1])
     finally:
         process.kill()

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ragen.envs import make
-from ragen.envs.sokoban import (
+from ragen.envs.games.sokoban import (
     Room,
     SokobanEnv,
     format_levels,
@@ -22,7 +22,7 @@ from ragen.envs.sokoban import (
     solve,
     solve_room,
 )
-from ragen.envs.sokoban.room import direction_offsets
+from ragen.envs.games.sokoban.room import direction_offsets
 
 PROPERTY = settings(
     max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]

@@ -8,7 +8,7 @@ import pytest
 
 from ragen.envs import make
 from ragen.envs.checker import check_env
-from ragen.envs.sudoku import count_solutions, generate_puzzle
+from ragen.envs.games.sudoku import count_solutions, generate_puzzle
 
 
 @pytest.mark.parametrize("size, givens", [(4, 6), (4, 8), (9, 30)])
@@ -112,7 +112,8 @@ def test_expert_data_for_sft():
     from fakes import tiny_tokenizer
 
     from ragen.agent.rollout import RolloutConfig
-    from ragen.sft.trainer import SFTConfig, make_expert_data
+    from ragen.sft.config import SFTConfig
+    from ragen.sft.expert_data import make_expert_data
 
     rollout = RolloutConfig(max_turns=5, max_actions_per_turn=2, max_actions_per_trajectory=10)
     data = make_expert_data(

@@ -109,7 +109,8 @@ def test_expert_data_for_sft_from_the_walkthrough(cache):
     from fakes import tiny_tokenizer
 
     from ragen.agent.rollout import RolloutConfig
-    from ragen.sft.trainer import SFTConfig, make_expert_data
+    from ragen.sft.config import SFTConfig
+    from ragen.sft.expert_data import make_expert_data
 
     rollout = RolloutConfig(max_turns=3, max_actions_per_turn=2, max_actions_per_trajectory=6)
     cfg = SFTConfig(

@@ -9,7 +9,8 @@ import pytest
 
 from ragen.cli import main
 from ragen.errors import ModelLoadError
-from ragen.models.loading import check_gguf, load_policy
+from ragen.models.gguf import check_gguf
+from ragen.models.loading import load_policy
 
 gguf = pytest.importorskip("gguf")
 

@@ -9,7 +9,8 @@ import torch
 
 from ragen.errors import ModelLoadError
 from ragen.models import load_policy, load_tokenizer, pick_device, pick_dtype
-from ragen.models.loading import chat_template_kind, count_parameters, resolve_source
+from ragen.models.loading import chat_template_kind, count_parameters
+from ragen.models.names import resolve_source
 from ragen.models.tiny import build_model, build_tokenizer
 
 
@@ -99,7 +100,7 @@ def test_tokenizer_without_pad_gets_eos(saved, tmp_path):
 def test_gguf_cache_dir_tracks_the_file(tmp_path, monkeypatch):
     import os
 
-    from ragen.models.loading import _gguf_cache_enabled, gguf_cache_dir
+    from ragen.models.gguf import gguf_cache_dir, gguf_cache_enabled
 
     monkeypatch.setenv("RAGEN_CACHE", str(tmp_path / "cache"))
     path = tmp_path / "m.gguf"
@@ -110,11 +111,11 @@ def test_gguf_cache_dir_tracks_the_file(tmp_path, monkeypatch):
     os.utime(path, ns=(1, 1))  # a replaced file gets a fresh conversion
     assert gguf_cache_dir(path) != first
     monkeypatch.setenv("RAGEN_GGUF_CACHE", "0")
-    assert not _gguf_cache_enabled()
+    assert not gguf_cache_enabled()
 
 
 def test_resolve_model_names(tmp_path, monkeypatch):
-    from ragen.models.loading import resolve_model
+    from ragen.models.names import resolve_model
 
     monkeypatch.setenv("RAGEN_CACHE", str(tmp_path))
     folder = resolve_model("tiny:nano", seed=3)
@@ -135,19 +136,19 @@ def test_resolve_model_names(tmp_path, monkeypatch):
 def test_unknown_model_names_fail_at_once(name, hint, monkeypatch):
     import time
 
-    from ragen.models import loading
+    from ragen.models import names
 
-    monkeypatch.setattr(loading, "_hub_reachable", lambda *a, **k: pytest.fail("probed the hub"))
+    monkeypatch.setattr(names, "_hub_reachable", lambda *a, **k: pytest.fail("probed the hub"))
     tic = time.perf_counter()
     with pytest.raises(ModelLoadError, match=hint):
-        loading.resolve_model(name)
+        names.resolve_model(name)
     assert time.perf_counter() - tic < 1.0
 
 
 def test_uncached_hub_id_offline_fails_without_hub_retries(monkeypatch):
-    from ragen.models import loading
+    from ragen.models import names
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.setattr(loading, "_hub_reachable", lambda *a, **k: False)
+    monkeypatch.setattr(names, "_hub_reachable", lambda *a, **k: False)
     with pytest.raises(ModelLoadError, match="unreachable.*create-tiny"):
-        loading.resolve_model("ragen-test/does-not-exist")
+        names.resolve_model("ragen-test/does-not-exist")

@@ -59,7 +59,9 @@ def test_sft_refuses_a_budget_that_cannot_fit_before_training(tiny_model_dir, mo
 
     from ragen.agent.rollout import RolloutConfig
     from ragen.models import load_policy
-    from ragen.sft.trainer import SFTConfig, make_expert_data, train_sft
+    from ragen.sft.config import SFTConfig
+    from ragen.sft.expert_data import make_expert_data
+    from ragen.sft.trainer import train_sft
 
     model, tok = load_policy(tiny_model_dir, device="cpu", dtype=torch.float32)
     cfg = SFTConfig(env="sokoban", episodes=2, rollout=RolloutConfig(max_turns=2))

@@ -25,7 +25,8 @@ def test_smollm2_greedy_chat_reply():
     from ragen.engines.base import SamplingParams
     from ragen.engines.hf import HFEngine
     from ragen.models import load_policy
-    from ragen.models.loading import chat_template_kind, gguf_cache_dir
+    from ragen.models.gguf import gguf_cache_dir
+    from ragen.models.loading import chat_template_kind
 
     model, tok = load_policy(GGUF, device="cpu")
     assert (gguf_cache_dir(GGUF) / "config.json").is_file()  # converted once, reused
@@ -52,7 +53,8 @@ def test_smollm2_sft_then_one_rl_step_on_a_grid(env, tmp_path):
     from ragen.agent.rollout import RolloutConfig
     from ragen.cli import main
     from ragen.models import load_policy
-    from ragen.sft.trainer import SFTConfig, run_sft
+    from ragen.sft.config import SFTConfig
+    from ragen.sft.trainer import run_sft
 
     rollout = RolloutConfig(
         max_turns=2, max_actions_per_turn=1, context_window=0, max_new_tokens=12,

@@ -171,7 +171,7 @@ def test_tiny_means_one_size_everywhere(tmp_path, monkeypatch, capsys):
     import json
 
     from ragen.cli import main
-    from ragen.models.loading import resolve_model
+    from ragen.models.names import resolve_model
     from ragen.models.tiny import DEFAULT_SIZE, PARAMETERS, describe
     from ragen.trainer.config import load_config
 
@@ -180,7 +180,7 @@ def test_tiny_means_one_size_everywhere(tmp_path, monkeypatch, capsys):
     built = []
     monkeypatch.setenv("RAGEN_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(
-        "ragen.models.loading.create_tiny", lambda out, size, seed: built.append(size) or out
+        "ragen.models.names.create_tiny", lambda out, size, seed: built.append(size) or out
     )
     resolve_model("tiny")
     assert built == [DEFAULT_SIZE]
@@ -209,7 +209,7 @@ def test_every_corpus_env_contributes_to_the_tokenizer(monkeypatch):
     import random
     import warnings
 
-    from ragen.envs import gym_adapter
+    from ragen.envs.adapters import gymnasium_env as gym_adapter
     from ragen.models import tiny
 
     with warnings.catch_warnings():

@@ -180,10 +180,12 @@ def test_loading_refuses_non_finite_weights(tiny_model_dir, tmp_path, monkeypatc
 def test_sft_stops_on_a_nan_loss_before_the_optimizer(tiny_model_dir, tmp_path, monkeypatch):
     import ragen.sft.trainer as sft
     from ragen.models import load_policy
+    from ragen.sft.config import SFTConfig
+    from ragen.sft.expert_data import make_expert_data
 
     model, tok = load_policy(tiny_model_dir, device="cpu", dtype=torch.float32)
-    cfg = sft.SFTConfig(env="sokoban", episodes=2, epochs=1, batch_size=2)
-    data = sft.make_expert_data(tok, cfg)
+    cfg = SFTConfig(env="sokoban", episodes=2, epochs=1, batch_size=2)
+    data = make_expert_data(tok, cfg)
     before = _snapshot(model)
     real = sft.sft_loss
     monkeypatch.setattr(sft, "sft_loss", lambda *a: (real(*a)[0] * float("inf"), None))

@@ -16,8 +16,8 @@ from ragen.agent.env_manager import is_held_out
 from ragen.envs import make
 from ragen.envs.checker import check_env
 from ragen.envs.facts import OBSERVATION_FORMATS, Fact, parse_facts
-from ragen.envs.frozen_lake import FrozenLakeEnv
-from ragen.envs.sokoban import SokobanEnv, parse_levels
+from ragen.envs.games.frozen_lake import FrozenLakeEnv
+from ragen.envs.games.sokoban import SokobanEnv, parse_levels
 
 GRID_ENVS = ("frozen_lake", "frozen_lake_det", "sokoban", "sokoban_large", "sokoban_symbols")
 LAKE_DESC = ["SFHF", "FFFF", "FFFH", "FFFG"]

@@ -210,7 +210,7 @@ def test_a_port_out_of_range_is_refused_by_the_parser(capsys):
 
 
 def test_a_missing_file_is_still_a_file_not_found_error():
-    from ragen.envs.sokoban.level_files import load_levels
+    from ragen.envs.games.sokoban.level_files import load_levels
     from ragen.errors import MissingFileError
 
     with pytest.raises(FileNotFoundError) as err:

@@ -38,7 +38,7 @@ from openenv_guess import make_app  # noqa: E402
 
 from ragen.cli import main  # noqa: E402
 from ragen.envs import make  # noqa: E402
-from ragen.envs.openenv_server import AppServer, OpenEnvServer  # noqa: E402
+from ragen.envs.serving.openenv_server import AppServer, OpenEnvServer  # noqa: E402
 from ragen.errors import EnvUnavailableError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -134,7 +134,7 @@ def test_train_and_eval_against_a_dead_openenv_server_fail_fast(tiny_model_dir, 
 
 
 def test_a_server_that_is_no_openenv_server_is_named_at_the_start(garbage_server):
-    from ragen.envs.server import EnvServer
+    from ragen.envs.serving.http_server import EnvServer
 
     with pytest.raises(EnvUnavailableError, match="not OpenEnv's JSON.*no OpenEnv server"):
         make("openenv", url=garbage_server, timeout=2).check_available()

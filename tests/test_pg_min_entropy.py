@@ -1,7 +1,7 @@
 """``algo.pg_min_entropy``: the policy gradient only on tokens the policy chose among.
 
 A response token whose entropy under the behaviour policy is below the threshold gets
-advantage 0 (``trainer.batching.mask_certain_tokens``); the config rejects bad values;
+advantage 0 (``trainer.advantages.mask_certain_tokens``); the config rejects bad values;
 a real training step logs the share of tokens kept.
 """
 
@@ -13,8 +13,9 @@ import pytest
 import torch
 from fakes import advantage_batch, short_train_args
 
+from ragen.batching import TrainingBatch
 from ragen.errors import ConfigError
-from ragen.trainer.batching import TrainingBatch, mask_certain_tokens
+from ragen.trainer.advantages import mask_certain_tokens
 from ragen.trainer.config import load_config
 
 

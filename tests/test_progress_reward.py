@@ -16,8 +16,8 @@ from ragen.agent.metrics import rollout_metrics
 from ragen.agent.policies import OraclePolicy, RandomPolicy
 from ragen.agent.rollout import RolloutConfig, run_rollout
 from ragen.envs import registry
-from ragen.envs.frozen_lake import discounted_success, oracle_policy, transitions
-from ragen.envs.sokoban.level_files import parse_levels
+from ragen.envs.games.frozen_lake import discounted_success, oracle_policy, transitions
+from ragen.envs.games.sokoban.level_files import parse_levels
 from ragen.errors import ConfigError
 
 

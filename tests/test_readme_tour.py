@@ -40,7 +40,7 @@ from ragen.agent.evaluate import preset_settings
 from ragen.agent.rollout_flags import rollout_from_args
 from ragen.cli import build_parser, main
 from ragen.sft.cli import _SFT_ROLLOUT_FLAGS
-from ragen.sft.trainer import SFTConfig
+from ragen.sft.config import SFTConfig
 from ragen.trainer.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ragen.envs import make
-from ragen.envs.frozen_lake import FrozenLakeEnv
+from ragen.envs.games.frozen_lake import FrozenLakeEnv
 from ragen.errors import EnvOptionError, RagenError
 
 
@@ -93,7 +93,7 @@ def test_a_server_gone_mid_run_stops_the_rollout_with_the_reason():
     server: the rollout raises, so a run stops instead of training on them."""
     from ragen.agent.env_manager import EnvStateManager
     from ragen.agent.rollout import RolloutConfig, run_rollout
-    from ragen.envs.server import EnvServer
+    from ragen.envs.serving.http_server import EnvServer
     from ragen.errors import EnvUnavailableError
 
     server = EnvServer("cube2x2", {"scramble_depth": 6}).start()
@@ -133,7 +133,7 @@ def test_remote_and_local_give_the_same_answer_to_a_huge_action_and_an_env_excep
     """The probe: an action over 1 MiB or an env exception ended a remote episode as
     truncated, where locally the string was an invalid no-op. Now: a huge action is an
     invalid no-op both ways, an exception ends the episode as truncated both ways."""
-    from ragen.envs.server import EnvServer
+    from ragen.envs.serving.http_server import EnvServer
 
     huge = "up " * (1 << 19)  # 1.5 MiB
     with EnvServer(fragile_lake) as server:
@@ -182,7 +182,7 @@ def _raw(url: str, data: bytes, wait: float = 5.0, shut_write: bool = False) -> 
     ],
 )
 def test_serve_env_answers_bad_bodies_with_4xx(headers, body, shut_write, status):
-    from ragen.envs.server import EnvServer
+    from ragen.envs.serving.http_server import EnvServer
 
     with EnvServer("frozen_lake", read_timeout=0.5) as server:
         request = b"POST /reset HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n" + body
@@ -200,7 +200,7 @@ def test_stalled_connections_hold_a_bounded_number_of_threads_then_time_out():
     import threading
     import time
 
-    from ragen.envs.server import EnvServer
+    from ragen.envs.serving.http_server import EnvServer
 
     before = threading.active_count()
     with EnvServer("frozen_lake", read_timeout=1.0, max_threads=8) as server:
@@ -223,7 +223,8 @@ def test_stalled_connections_hold_a_bounded_number_of_threads_then_time_out():
 def test_an_unclosed_episode_is_dropped_after_the_idle_timeout():
     import time
 
-    from ragen.envs.server import EnvService, RequestError
+    from ragen.envs.serving.http_server import EnvService
+    from ragen.envs.serving.rules import RequestError
 
     service = EnvService("frozen_lake", episode_timeout=0.2)
     episode = service.reset({"seed": 0})["episode_id"]
@@ -235,7 +236,8 @@ def test_an_unclosed_episode_is_dropped_after_the_idle_timeout():
 
 
 def test_a_token_guards_every_request(monkeypatch, capsys):
-    from ragen.envs.server import EnvServer, is_loopback
+    from ragen.envs.serving.http_server import EnvServer
+    from ragen.envs.serving.rules import is_loopback
     from ragen.errors import EnvUnavailableError
 
     assert is_loopback("127.0.0.1") and is_loopback("::1") and not is_loopback("0.0.0.0")
@@ -404,7 +406,7 @@ def test_the_validation_list_holds_distinct_states(name):
 def test_cliff_walking_oracle_succeeds_in_13_steps():
     """The docs' own example: the oracle reaches the goal in 13 steps and success was
     False in 20 of 20 episodes (the goal step pays -1). Now True in 20 of 20."""
-    from ragen.envs.gym_adapter import GymEnv
+    from ragen.envs.adapters.gymnasium_env import GymEnv
 
     env = GymEnv(
         "CliffWalking-v1",
@@ -423,7 +425,7 @@ def test_cliff_walking_oracle_succeeds_in_13_steps():
 
 
 def test_gym_success_rules_are_per_env(caplog):
-    from ragen.envs.gym_adapter import GymEnv
+    from ragen.envs.adapters.gymnasium_env import GymEnv
 
     names = ["up", "right", "down", "left"]
     goal = GymEnv("CliffWalking-v1", action_names=names, success_states=[47])
@@ -436,7 +438,7 @@ def test_gym_success_rules_are_per_env(caplog):
     assert goal.success and not never.success
     with pytest.raises(EnvOptionError, match="success='reward'"):
         GymEnv("CliffWalking-v1", action_names=names, success="reward")
-    with caplog.at_level("WARNING", logger="ragen.envs.gym_adapter"):
+    with caplog.at_level("WARNING", logger="ragen.envs.adapters.gymnasium_env"):
         GymEnv("FrozenLake8x8-v1", action_names=["left", "down", "right", "up"])
     assert "FrozenLake8x8-v1: no known success rule" in caplog.text
 
@@ -564,7 +566,7 @@ def test_a_busy_server_is_asked_again_not_given_up():
     import threading
     import time
 
-    from ragen.envs.server import EnvServer
+    from ragen.envs.serving.http_server import EnvServer
 
     with EnvServer("frozen_lake", read_timeout=0.6, max_threads=2) as server:
         host, port = server.url.removeprefix("http://").split(":")

@@ -15,8 +15,7 @@ import pytest
 
 from ragen.cli import main
 from ragen.errors import ConfigError
-from ragen.trainer import config
-from ragen.trainer.config import load_config
+from ragen.trainer.config import load_config, validation
 from ragen.trainer.metrics_logger import MetricsLogger, move_logs_after, read_metrics
 
 
@@ -111,10 +110,10 @@ def test_sizes_are_bounded_by_the_machines_memory():
     cfg = load_config(
         ["rollout.env_groups=64", "rollout.group_size=16", "rollout.max_model_len=32768"]
     )
-    need = (64 * 16 + 32) * (config.EPISODE_FLOOR_BYTES + 8 * 32768)
-    config._check_sizes(cfg, memory=need)  # just fits
+    need = (64 * 16 + 32) * (validation.EPISODE_FLOOR_BYTES + 8 * 32768)
+    validation._check_sizes(cfg, memory=need)  # just fits
     with pytest.raises(ConfigError, match="rollout.max_model_len: .* more than this machine's"):
-        config._check_sizes(cfg, memory=need - 1)
+        validation._check_sizes(cfg, memory=need - 1)
 
 
 # -- item 10: the opponent's model as docs/ENVIRONMENTS.md says -----------------------------

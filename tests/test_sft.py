@@ -6,8 +6,11 @@ import pytest
 import torch
 
 from ragen.agent.rollout import RolloutConfig
-from ragen.sft.trainer import SFTConfig, make_expert_data, merge_adapter, run_sft, sft_loss
-from ragen.trainer.batching import collate
+from ragen.batching import collate
+from ragen.models.lora import merge_adapter
+from ragen.sft.config import SFTConfig
+from ragen.sft.expert_data import SFT_SEED_STEP, make_expert_data
+from ragen.sft.trainer import run_sft, sft_loss
 
 
 def _load(path):
@@ -100,8 +103,7 @@ def test_sft_learns_and_lora_merges(tiny_model_dir, tmp_path):
 
 
 def test_lora_adapters_are_the_only_trainable_parameters(tiny_model_dir):
-    from ragen.trainer.config import LoraConfig
-    from ragen.trainer.setup import apply_lora
+    from ragen.models.lora import LoraConfig, apply_lora
 
     model, _ = _load(tiny_model_dir)
     wrapped = apply_lora(model, LoraConfig(rank=4))
@@ -122,8 +124,9 @@ def test_more_expert_actions_than_the_prompt_allows_is_a_clear_error(tiny_model_
 
 def test_length_split_micro_batches_leave_the_sft_gradient_unchanged(tiny_model_dir):
     # the grids' SFT mix: move samples beside longer auxiliary-reply samples
-    from ragen.sft.trainer import SFT_MIN_FILL, auxiliary_config
-    from ragen.trainer.batching import micro_batches
+    from ragen.batching import micro_batches
+    from ragen.sft.expert_data import auxiliary_config
+    from ragen.sft.trainer import SFT_MIN_FILL
 
     model, tok = _load(tiny_model_dir)
     rollout = RolloutConfig(
@@ -175,13 +178,13 @@ def test_sft_stops_once_it_solves_the_asked_share_of_its_own_states(
         0.10, 0.30, 0.55,
     ]  # fmt: skip
     # its own SFT states (the training seeds' step), at the evaluation's temperature
-    assert seen[0] == ("bandit", 0, sft_trainer.SFT_SEED_STEP, 16, 0.5)
+    assert seen[0] == ("bandit", 0, SFT_SEED_STEP, 16, 0.5)
     assert (out / "model.safetensors").exists()
 
 
 def test_training_state_success_is_a_deterministic_share(tiny_model_dir):
+    from ragen.sft.expert_data import SFT_SEED_STEP
     from ragen.sft.state_success import training_state_success
-    from ragen.sft.trainer import SFT_SEED_STEP
 
     model, tok = _load(tiny_model_dir)
     args = (model, tok, "bandit", {}, RolloutConfig(max_turns=1, max_new_tokens=8), 0,

@@ -12,7 +12,9 @@ from ragen.agent.policies import OraclePolicy, RandomPolicy, RelabeledPolicy
 from ragen.agent.rollout import RolloutConfig
 from ragen.agent.trajectory import Trajectory
 from ragen.errors import ConfigError
-from ragen.sft.trainer import SFTConfig, make_expert_data, sft_lr_factor, train_sft
+from ragen.sft.config import SFTConfig
+from ragen.sft.expert_data import make_expert_data
+from ragen.sft.trainer import sft_lr_factor, train_sft
 from tests.fakes import tiny_tokenizer
 
 WINDOWED = RolloutConfig(max_turns=10, max_actions_per_turn=1, context_window=0)

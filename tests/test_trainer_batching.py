@@ -4,15 +4,14 @@ import pytest
 import torch
 
 from ragen.agent.trajectory import Trajectory
-from ragen.trainer.batching import (
-    baseline_groups,
+from ragen.batching import (
     collate,
     micro_batches,
     padding_fraction,
-    place_rewards,
     prompt_keys,
     token_budget_micro_batches,
 )
+from ragen.trainer.credit import baseline_groups, place_rewards
 
 
 def _traj(ids, mask, ends, turn_rewards, episode_reward=0.0):

@@ -128,13 +128,14 @@ def test_enumerated_typo_exits_2_before_any_model_loads(
     override, key, suggestion, capsys, monkeypatch
 ):
     from ragen.cli import main
-    from ragen.models import loading
+    from ragen.trainer import models
 
     def no_model(*args, **kwargs):
         pytest.fail("a model was loaded before the config was checked")
 
-    monkeypatch.setattr(loading, "load_policy", no_model)
-    monkeypatch.setattr(loading, "resolve_model", no_model)
+    # where the trainer's build_models finds them
+    monkeypatch.setattr(models, "load_policy", no_model)
+    monkeypatch.setattr(models, "resolve_model", no_model)
     assert main(["train", "model=tiny", override]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err

@@ -364,7 +364,8 @@ def warm_model(tiny_model_dir, tmp_path_factory):
     """The nano model fine-tuned on the bandit oracle's replies for a few seconds: it
     writes real, well-formed thoughts."""
     from ragen.agent import RolloutConfig
-    from ragen.sft.trainer import SFTConfig, run_sft
+    from ragen.sft.config import SFTConfig
+    from ragen.sft.trainer import run_sft
 
     cfg = SFTConfig(env="bandit", rollout=RolloutConfig(max_turns=1), episodes=96, epochs=8)
     cfg.batch_size, cfg.lr = 8, 3e-3

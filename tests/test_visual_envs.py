@@ -7,7 +7,8 @@ import pytest
 
 import ragen.envs as envs
 from ragen.envs.checker import EnvCheckError, check_env
-from ragen.envs.visual import IMAGE_PLACEHOLDER, VisualSokobanEnv, has_image_observations
+from ragen.envs.games.visual_grids import VisualSokobanEnv
+from ragen.envs.visual import IMAGE_PLACEHOLDER, has_image_observations
 from ragen.errors import EnvConfigError
 
 PAIRS = [("sokoban_visual", "sokoban"), ("frozen_lake_visual", "frozen_lake")]

@@ -99,7 +99,8 @@ def test_train_trico_on_a_visual_env_then_eval_the_checkpoint(tiny_vlm_dir, tmp_
 
 def test_sft_builds_expert_trajectories_with_pictures(tiny_vlm_dir, tmp_path):
     from ragen.models import load_policy
-    from ragen.sft.trainer import SFTConfig, make_expert_data
+    from ragen.sft.config import SFTConfig
+    from ragen.sft.expert_data import make_expert_data
 
     _, processor = load_policy(tiny_vlm_dir, device="cpu")
     cfg = SFTConfig(env="frozen_lake_visual", episodes=4, epochs=1, batch_size=4)

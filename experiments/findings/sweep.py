@@ -112,7 +112,8 @@ def warm_dir(root: Path, cfg: FindingConfig, variant: Variant, seed: int) -> Pat
 
 def warm_start(root: Path, cfg: FindingConfig, variant: Variant, seed: int, log=print) -> Path:
     """The SFT warm start ``variant`` starts from on ``seed`` (built once, then reused)."""
-    from ragen.sft.trainer import SFTConfig, run_sft
+    from ragen.sft.config import SFTConfig
+    from ragen.sft.trainer import run_sft
 
     shape = variant_shape(cfg, variant)
     reasoning, actions = shape["reasoning"], shape["actions_per_turn"]

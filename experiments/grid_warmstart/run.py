@@ -37,8 +37,9 @@ MOVES = ("up", "down", "left", "right")
 def decision_accuracy(model, tokenizer, env: str, max_turns: int) -> dict[str, float]:
     """Top-1 agreement with the clean expert on held-out states (one action per turn)."""
     from ragen.agent.rollout import RolloutConfig
-    from ragen.sft.trainer import SFTConfig, make_expert_data
-    from ragen.trainer.batching import collate
+    from ragen.batching import collate
+    from ragen.sft.config import SFTConfig
+    from ragen.sft.expert_data import make_expert_data
 
     rollout = RolloutConfig(
         max_turns=max_turns, max_actions_per_turn=1, prompt_style="compact", context_window=0
@@ -89,7 +90,8 @@ def main(argv: list[str] | None = None) -> None:
     from ragen.agent.rollout import RolloutConfig
     from ragen.models import load_policy
     from ragen.models.tiny import create_tiny
-    from ragen.sft.trainer import SFTConfig, run_sft
+    from ragen.sft.config import SFTConfig
+    from ragen.sft.trainer import run_sft
 
     out = Path(args.out)
     window = None if args.window < 0 else args.window

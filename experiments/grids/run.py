@@ -137,7 +137,7 @@ def sft_state_success(cfg: StudyConfig, env: str, seed: int, model, tokenizer, n
     from ragen.agent.env_manager import EnvStateManager
     from ragen.agent.evaluate import build_policy
     from ragen.agent.rollout import run_rollout
-    from ragen.sft.trainer import SFT_SEED_STEP
+    from ragen.sft.expert_data import SFT_SEED_STEP
 
     # group g's state depends on (seed, step, g) alone: these are the first n SFT episodes'
     manager = EnvStateManager(env, env_config(cfg), env_groups=n, group_size=1, seed=seed)
@@ -154,7 +154,8 @@ def warm_job(out: Path, cfg: StudyConfig, env: str, seed: int) -> dict[str, Any]
     """SFT warm start of (env, seed) unless present, and its held-out success."""
     import torch
 
-    from ragen.sft.trainer import SFTConfig, run_sft
+    from ragen.sft.config import SFTConfig
+    from ragen.sft.trainer import run_sft
 
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(seed)

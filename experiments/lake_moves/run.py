@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from experiments.common import play_heldout
-from ragen.envs.frozen_lake import (
+from ragen.envs.games.frozen_lake import (
     ACTION_NAMES,
     discounted_success,
     move,

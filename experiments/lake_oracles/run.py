@@ -29,7 +29,7 @@ import numpy as np
 
 from experiments.common import cli, parse_study_args, write_results
 from ragen.envs.base import derive_seed
-from ragen.envs.frozen_lake import (
+from ragen.envs.games.frozen_lake import (
     ACTION_NAMES,
     FrozenLakeEnv,
     generate_map,

@@ -36,7 +36,7 @@ def _states(env_name: str, env_config: dict, seeds: list[int]) -> list[str | Non
 def room_sets(env_name: str, seed: int, sft_episodes: int, n: int) -> dict[str, list[int]]:
     """Seeds of the three room sets (see the module docstring)."""
     from ragen.agent.env_manager import EnvStateManager
-    from ragen.sft.trainer import SFT_SEED_STEP
+    from ragen.sft.expert_data import SFT_SEED_STEP
 
     sft = EnvStateManager(env_name, env_groups=sft_episodes, group_size=1, seed=seed)
     sft_seeds = sft.seeds_for_step(SFT_SEED_STEP)

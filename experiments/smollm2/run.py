@@ -57,8 +57,9 @@ def main(argv: list[str] | None = None) -> None:
 
     from ragen.agent.evaluate import evaluate
     from ragen.agent.rollout import RolloutConfig
-    from ragen.models.loading import resolve_model
-    from ragen.sft.trainer import SFTConfig, run_sft
+    from ragen.models.names import resolve_model
+    from ragen.sft.config import SFTConfig
+    from ragen.sft.trainer import run_sft
     from ragen.trainer.config import load_config
     from ragen.trainer.metrics_logger import read_metrics
     from ragen.trainer.starpo import StarPOTrainer

@@ -7,7 +7,7 @@ move, replaced by a random one with probability ``--epsilon``, up to ``--max-tur
 moves. At every visited state it counts the moves that keep an optimal plan: the move
 solves the room, or the solver's plan from the next state is one move shorter than from
 this one. A state with several optimal moves is one where the expert's tie-break
-(:func:`ragen.envs.sokoban.solver.solve_path` explores up, down, left, right in order)
+(:func:`ragen.envs.games.sokoban.solver.solve_path` explores up, down, left, right in order)
 decides the label; if such states were common, a tie-break that is easier for a small
 model to learn could make the SFT data easier, as the discounted oracle did on
 FrozenLake (docs/RESULTS.md).
@@ -26,7 +26,7 @@ from experiments.common import cli, parse_study_args, write_results
 
 def optimal_moves(env) -> list[str]:
     """The moves from ``env``'s state that keep an optimal plan (empty when unsolvable)."""
-    from ragen.envs.sokoban.solver import solve_room
+    from ragen.envs.games.sokoban.solver import solve_room
 
     plan = solve_room(env.room)
     if plan is None:

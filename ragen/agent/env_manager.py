@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ragen.envs import make
@@ -306,8 +307,6 @@ class EnvStateManager:
         indices = range(len(self.envs))
         if len(self.envs) > 1 and all(getattr(e, "concurrent_steps", False) for e in self.envs):
             # envs that wait on a network (remote envs): all resets in flight at once
-            from concurrent.futures import ThreadPoolExecutor
-
             with ThreadPoolExecutor(min(len(self.envs), 64)) as pool:
                 return list(pool.map(reset_one, indices))
         return [reset_one(i) for i in indices]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -194,8 +195,6 @@ class Progress:
             f"eval: finding validation states (--seed-offset + groups): {found:,}/{wanted:,}"
             f"  elapsed {_clock(elapsed)}  {eta}"
         )
-        import sys
-
         print(line, file=self.stream or sys.stderr, flush=True)
         return line
 
@@ -206,7 +205,6 @@ class Progress:
             return None
         eta = elapsed / done * (total - done)
         line = f"eval: {done}/{total} episodes  elapsed {_clock(elapsed)}  eta {_clock(eta)}"
-        import sys
 
         print(line, file=self.stream or sys.stderr, flush=True)
         return line

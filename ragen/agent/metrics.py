@@ -74,8 +74,8 @@ def _std(xs: Sequence[float]) -> float:
 
 def _group_reward_std(heads: Sequence[Trajectory]) -> float:
     """Mean over groups of the in-group episode-reward std, one head sample per episode."""
-    # Imported here: the one definition lives in ragen.algo (torch), and importing
-    # ragen.agent stays torch-free for text-only evaluation.
+    # deferred: the one definition lives in ragen.algo, which imports torch, and
+    # importing ragen.agent stays torch-free for text-only evaluation
     from ragen.algo.groups import group_reward_std
 
     std = group_reward_std(

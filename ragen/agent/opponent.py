@@ -1,7 +1,7 @@
 """A frozen ragen model as the opponent of a two-player game
 (``make("ta_tictactoe", opponent="checkpoint", opponent_model=PATH)``).
 
-The env (:mod:`ragen.envs.textarena_two_player`) asks it for one move at a time with
+The env (:mod:`ragen.envs.adapters.textarena_two_player`) asks it for one move at a time with
 the game's instructions and what the opponent's side sees; it answers through the same
 system prompt and reply format as the agent (``<think>..</think><answer>..</answer>``),
 from a model loaded like ``ragen eval --model PATH`` (a run folder, a checkpoint, any

@@ -40,8 +40,7 @@ from ragen.config_fields import check_section, display_key, option
 from ragen.engines.base import SamplingParams
 from ragen.envs.base import StepResultError, check_step_result, derive_seed
 from ragen.envs.facts import format_facts
-from ragen.envs.rgb import png_data_uri
-from ragen.envs.visual import has_image_observations
+from ragen.envs.visual import has_image_observations, png_data_uri
 from ragen.errors import ConfigError, EnvUnavailableError
 
 from . import prompts

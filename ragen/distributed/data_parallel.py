@@ -49,16 +49,19 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import os
 import socket
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from ragen.engines.hf import weights_fingerprint
 from ragen.trainer import scoring, update
-from ragen.trainer.models import TrainModels, build_models, seed_everything
+from ragen.trainer.models import TrainModels, build_models, make_optimizer, seed_everything
 from ragen.trainer.phase_context import PhaseContext, RankSync
 
+from . import fsdp
 from .ray_setup import wait_ready
 from .sharding import split_rows
 
@@ -266,8 +269,6 @@ def shard(models: TrainModels, cfg: Any, world: int) -> dict:
     """FSDP2-shard ``models`` over the group (:func:`fsdp.shard_models`)."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    from . import fsdp
-
     mesh = init_device_mesh(models.device.type, (world,))
     return fsdp.shard_models(models, mesh, cfg.model)
 
@@ -290,8 +291,6 @@ class RankWorker:
         self.sync = RankGroupSync(rank, world, self.models.device, self.sharded)
 
     def ready(self) -> int:
-        import os
-
         return os.getpid()
 
     def join(self, init_method: str) -> None:
@@ -319,18 +318,12 @@ class RankWorker:
         return scoring.reasoning_stats(PhaseContext(cfg, self.models), trajectories, step)
 
     def gather(self) -> None:
-        from . import fsdp
-
         fsdp.gather_trainer(self.models)
 
     def scatter(self) -> None:
-        from . import fsdp
-
         fsdp.scatter_trainer(self.models, None)
 
     def gather_actor(self, names) -> None:
-        from . import fsdp
-
         fsdp.gather_model(self.models.actor, names)
 
     def memory(self, reset: bool = False) -> dict[str, int]:
@@ -347,8 +340,6 @@ def rank_memory(models: TrainModels, reset: bool = False) -> dict[str, int]:
     process's peak resident memory (Linux ``VmHWM``; 0 where unknown). ``reset``: start
     a new peak from now (``/proc/self/clear_refs``), so that a later call reports the
     peak of what ran in between."""
-    from . import fsdp
-
     out = fsdp.state_bytes(models)
     try:
         if reset:
@@ -411,16 +402,12 @@ class DataParallelUpdater:
     def _resync(self) -> bool:
         """Replicas: whether rank 0's weights changed since the ranks last matched them
         (then this phase broadcasts its state first)."""
-        from ragen.engines.hf import weights_fingerprint
-
         if self.sharded:
             return False
         fingerprint = tuple(weights_fingerprint(m) for m in _models(self.trainer.models))
         return fingerprint != self._fingerprint
 
     def _matched(self) -> None:
-        from ragen.engines.hf import weights_fingerprint
-
         self._fingerprint = tuple(weights_fingerprint(m) for m in _models(self.trainer.models))
 
     def _run(self, remote_calls: list, local):
@@ -482,9 +469,6 @@ class DataParallelUpdater:
         if not self.sharded:  # rank 0's replica; the next phase broadcasts a change
             yield tr.models.actor, tr.models.critic, tr.models.optimizers()
             return
-        from ragen.trainer import setup
-
-        from . import fsdp
 
         whole = self._run(
             [r.gather.remote() for r in self.ranks], lambda: fsdp.gather_trainer(tr.models)
@@ -496,7 +480,7 @@ class DataParallelUpdater:
                 continue
             twin = fsdp.materialize(self.skeletons[role], whole[role], whole[f"{role}_buffers"])
             lr = m.actor_lr if role == "actor" else m.critic_lr
-            opt = setup.make_optimizer(twin, lr, m.weight_decay)
+            opt = make_optimizer(twin, lr, m.weight_decay)
             fsdp.load_named_optimizer_state(twin, opt, whole[fsdp.OPTIMIZERS[role]])
             twins[role], optimizers[role] = twin, opt
         yield twins["actor"], twins.get("critic"), optimizers
@@ -513,8 +497,6 @@ class DataParallelUpdater:
     def actor_state(self, full: bool) -> dict[str, torch.Tensor]:
         """Shards: the actor's weights to push to rollout workers, gathered from the ranks
         (``full``: every tensor of its state dict; else the trainable ones)."""
-        from . import fsdp
-
         names = None if full else fsdp.trainable_names(self.trainer.models.actor)
         pending = [r.gather_actor.remote(names) for r in self.ranks]
         return self._run(pending, lambda: fsdp.gather_model(self.trainer.models.actor, names))

@@ -35,11 +35,23 @@ from __future__ import annotations
 
 import copy
 import itertools
+import types
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from ragen.models.logprobs import (
+    SHARDED_SPLIT,
+    position_ids_from_mask,
+    shared_prefix_columns,
+    split_head,
+    split_logprobs,
+)
+from ragen.models.value import SHARDED_VALUES, split_values
+from ragen.trainer.models import make_optimizer, make_scheduler
 
 # --------------------------------------------------------------------------------------
 # sharding
@@ -67,8 +79,6 @@ def layer_units(model: torch.nn.Module) -> list[torch.nn.Module]:
 
 def shard_model(model: torch.nn.Module, mesh: Any) -> None:
     """``fully_shard`` each decoder layer, then the root, in place; gradients summed."""
-    import warnings
-
     from torch.distributed.fsdp import fully_shard
 
     # transformers' outputs hold views (the critic's logits); FSDP warns that an in-place
@@ -85,12 +95,6 @@ def shard_model(model: torch.nn.Module, mesh: Any) -> None:
         add_split_method(model, *split)
     else:
         add_values_method(model)
-
-
-def split_head(model: torch.nn.Module):
-    from ragen.models.logprobs import split_head as split
-
-    return split(model)
 
 
 def agreed_prefix(shared: int) -> int:
@@ -119,11 +123,7 @@ def add_split_method(model: torch.nn.Module, backbone, head) -> None:
     forward: the root's weights (embeddings, final norm, head) are gathered around it,
     the layers' by their own hooks, and the gradients reduced after its backward
     (``register_fsdp_forward_method``)."""
-    import types
-
     from torch.distributed.fsdp import register_fsdp_forward_method
-
-    from ragen.models.logprobs import SHARDED_SPLIT, shared_prefix_columns, split_logprobs
 
     def method(self, input_ids, attention_mask, position_ids, positions, scale, entropy, share):
         shared = shared_prefix_columns(backbone, input_ids, attention_mask, positions)
@@ -141,12 +141,7 @@ def add_values_method(critic: torch.nn.Module) -> bool:
     """The same for a sharded critic: its values from the backbone and the value head
     (a prompt prefix all rows share run once), as an FSDP forward method. Not for a head
     with dropout (the critic's own forward applies it). Returns whether it was added."""
-    import types
-
     from torch.distributed.fsdp import register_fsdp_forward_method
-
-    from ragen.models.logprobs import position_ids_from_mask, shared_prefix_columns
-    from ragen.models.value import SHARDED_VALUES, split_values
 
     backbone, head = getattr(critic, "model", None), getattr(critic, "score", None)
     drop = getattr(critic, "dropout", None)
@@ -387,8 +382,6 @@ def shard_models(owner: Any, mesh: Any, model_cfg: Any) -> dict[str, torch.nn.Mo
     ``model`` section, their learning rates and warm-up), and send rank 0's whole state
     (weights and optimizer state, e.g. just resumed) into every rank's shards. Returns
     the meta skeletons of the models (what :func:`materialize` fills)."""
-    from ragen.trainer import setup
-
     m = model_cfg
     rank = dist.get_rank()
     models = models_of(owner)
@@ -408,8 +401,8 @@ def shard_models(owner: Any, mesh: Any, model_cfg: Any) -> dict[str, torch.nn.Mo
         if role not in models:
             continue
         old_sched = getattr(owner, SCHEDULERS[role])
-        opt = setup.make_optimizer(models[role], lrs[role], m.weight_decay)
-        sched = setup.make_scheduler(opt, m.warmup_steps)
+        opt = make_optimizer(models[role], lrs[role], m.weight_decay)
+        sched = make_scheduler(opt, m.warmup_steps)
         sched.load_state_dict(old_sched.state_dict())
         setattr(owner, attr, opt)
         setattr(owner, SCHEDULERS[role], sched)

@@ -15,6 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
+import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from ragen.errors import ConfigError
@@ -69,8 +73,6 @@ TOKEN_DOC = "https://docs.ray.io/en/latest/ray-security/token-auth.html"
 def token_source() -> str | None:
     """Where a Ray auth token would come from, in Ray's order ($RAY_AUTH_TOKEN,
     $RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token), or None when there is none."""
-    from pathlib import Path
-
     if os.environ.get("RAY_AUTH_TOKEN"):
         return "$RAY_AUTH_TOKEN"
     path = os.environ.get("RAY_AUTH_TOKEN_PATH")
@@ -87,8 +89,6 @@ def token_auth_for_join() -> str:
     such a cluster, set ``RAY_AUTH_MODE=token`` when a token is at hand and the mode is
     not chosen (a cluster without authentication accepts such a client too). Returns
     the line for the log ("" when nothing changed)."""
-    import sys
-
     if os.environ.get(AUTH_MODE) is not None:
         return ""
     source = token_source()
@@ -111,8 +111,6 @@ def token_auth_for_join() -> str:
 def reachable(address: str, timeout: float = 5.0) -> str:
     """ "" when something accepts TCP connections at ``address`` (``host:port`` or
     ``ray://host:port``), else why not."""
-    import socket
-
     hostport = address.split("://", 1)[-1]
     host, _, port = hostport.rpartition(":")
     if not host or not port.isdigit():
@@ -171,9 +169,6 @@ class _Log:
 def _captured_stderr():
     """Copy what this process writes to file descriptor 2 (Ray's C++ core logs there)
     while the block runs; it is still shown, after the block."""
-    import sys
-    import tempfile
-
     log = _Log()
     sys.stderr.flush()
     saved = os.dup(2)

@@ -33,8 +33,14 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from ragen.agent.env_manager import EnvStateManager
+from ragen.agent.policies import ModelPolicy
 from ragen.agent.rollout import RolloutConfig, RolloutResult, run_rollout
+from ragen.engines.hf import weights_fingerprint
+from ragen.engines.hf_vlm import engine_for
 from ragen.errors import ConfigError
+from ragen.models import load_policy
+from ragen.models.lora import apply_lora
 
 from .ray_setup import wait_ready
 from .sharding import shard_groups
@@ -71,8 +77,6 @@ class EnvSpec:
 
 def shard_manager(spec: EnvSpec, n_groups: int):
     """An :class:`EnvStateManager` of ``n_groups`` groups with the run's group size and seed."""
-    from ragen.agent.env_manager import EnvStateManager
-
     return EnvStateManager(
         spec.name, spec.config, env_groups=n_groups, group_size=spec.group_size, seed=spec.seed
     )
@@ -133,15 +137,9 @@ class RolloutWorker:
     ):
         import torch
 
-        from ragen.agent.policies import ModelPolicy
-        from ragen.engines.hf_vlm import engine_for
-        from ragen.models import load_policy
-
         torch.set_num_threads(max(1, int(threads)))
         model, tokenizer = load_policy(model_path, device=device, dtype=dtype)
         if lora is not None and lora.rank > 0:
-            from ragen.trainer.setup import apply_lora
-
             model = apply_lora(model, lora)
         self.model = model.eval().requires_grad_(False)
         self.engine = engine_for(self.model, tokenizer, engine)  # the trainer's model.engine
@@ -262,8 +260,6 @@ class RolloutWorkerPool:
     def sync(self, actor: Any) -> float:
         """Push ``actor``'s weights to every worker if they changed since the last push;
         return the seconds spent (0 when nothing changed)."""
-        from ragen.engines.hf import weights_fingerprint
-
         fingerprint = weights_fingerprint(actor)
         if fingerprint is not None and fingerprint == self._fingerprint:
             return 0.0

@@ -18,7 +18,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from .data_parallel import DataParallelUpdater
 from .ray_setup import actor_resources, connect
+from .rollout_workers import RolloutWorkerPool
 
 
 def plan(cfg: Any, device_type: str) -> tuple[int, int, list[str]]:
@@ -62,12 +64,8 @@ class ScaleOut:
         sharded = t.train_sharding == "fsdp"
         try:
             if ranks > 1:
-                from .data_parallel import DataParallelUpdater
-
                 self.updater = DataParallelUpdater(self.ray, trainer, ranks, resources, sharded)
             if workers > 0:
-                from .rollout_workers import RolloutWorkerPool
-
                 self.collector = RolloutWorkerPool(
                     self.ray,
                     workers,

@@ -41,6 +41,7 @@ import os
 import platform
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -327,8 +328,6 @@ class DecodeAttention:
             fn(*chunks[0])
             return
         if self._pool is None or self._pool_size < len(chunks):
-            from concurrent.futures import ThreadPoolExecutor
-
             self._pool = ThreadPoolExecutor(len(chunks), thread_name_prefix="ragen-attn")
             self._pool_size = len(chunks)
         for future in [self._pool.submit(fn, *chunk) for chunk in chunks]:

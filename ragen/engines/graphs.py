@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 
 from .direct import _attention_out_and_mlp, _rotary
+from .gqa_attention import gqa_decode_attention
 
 log = logging.getLogger(__name__)
 
@@ -119,8 +120,6 @@ class GraphedDecode:
         """One decode step of every physical row at column ``self.column``, over the whole
         capacity (the direct step's arithmetic; attention by batched matmuls)."""
         import torch
-
-        from .gqa_attention import gqa_decode_attention
 
         d = self.direct
         b = self.ids.shape[0]

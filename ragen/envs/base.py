@@ -45,6 +45,7 @@ Rules of the contract (checked by ``ragen.envs.checker.check_env``):
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import random
 from abc import ABC, abstractmethod
@@ -120,8 +121,6 @@ def make_info(valid: bool, effective: bool, success: bool, **extra: Any) -> dict
 
 def derive_seed(*parts: int | str) -> int:
     """A stable 63-bit seed from ints/strings (process-independent, unlike ``hash``)."""
-    import hashlib
-
     digest = hashlib.blake2b("/".join(str(p) for p in parts).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") & ((1 << 63) - 1)
 

@@ -1,5 +1,5 @@
 """``ragen envs`` (list environments), ``ragen play`` (play one in the terminal) and
-``ragen serve-env`` (serve one over HTTP, :mod:`ragen.envs.server`).
+``ragen serve-env`` (serve one over HTTP, :mod:`ragen.envs.serving.http_server`).
 
     ragen envs                      # names and one-line descriptions
     ragen envs --keys               # ... with every config key and its default
@@ -33,12 +33,13 @@ import yaml
 from ragen.cli_utils import parse_key_values
 from ragen.errors import EnvConfigError, MissingDependencyError, RagenError
 
-from . import config_keys, derive_seed, make, names, spec
+from .adapters.reasoning_gym_env import ReasoningGymEnv, task_names
+from .adapters.textarena_env import TextArenaEnv, import_textarena
+from .base import derive_seed
 from .checker import check_plugin
-from .openenv_server import serve_openenv
-from .reasoning_gym_env import ReasoningGymEnv, task_names
-from .server import serve
-from .textarena_adapter import TextArenaEnv, import_textarena
+from .registry import config_keys, make, names, spec
+from .serving.http_server import serve
+from .serving.openenv_server import serve_openenv
 
 _QUIT_WORDS = {"q", "quit", "exit"}
 
@@ -105,7 +106,7 @@ def add_parser(subparsers: Any) -> None:
     serve = subparsers.add_parser(
         "serve-env",
         help="serve an environment over HTTP (train on it with env=remote)",
-        description="Serve ENV over HTTP, many episodes at once (ragen/envs/server.py has the "
+        description="Serve ENV over HTTP, many episodes at once (ragen/envs/serving/http_server.py has the "
         "protocol). Train or evaluate on it with `ragen train env=remote "
         "env.config.url=http://HOST:PORT` or `ragen eval --env remote --env-config "
         "url=http://HOST:PORT`.",
@@ -270,7 +271,7 @@ def cmd_serve_env(args: argparse.Namespace) -> int:
     make_from_cli(args.env, config).close()  # a bad option: one line, before binding
     check_plugin(args.env, config)  # a user's own env: checked before it is served
     # both protocols take the same limits; a bad one, a port in use or a host that is not
-    # this machine's is a one-line UsageError (ragen.envs.serving)
+    # this machine's is a one-line UsageError (ragen.envs.serving.rules)
     run = serve_openenv if args.protocol == "openenv" else serve
     run(
         args.env,

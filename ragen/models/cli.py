@@ -22,13 +22,8 @@ from pathlib import Path
 from ragen.cli_utils import HelpFormatter
 from ragen.errors import ModelLoadError
 
-from .loading import (
-    _gguf_cache_enabled,
-    chat_template_kind,
-    convert_gguf,
-    count_parameters,
-    load_policy,
-)
+from .gguf import convert_gguf, gguf_cache_enabled
+from .loading import chat_template_kind, count_parameters, load_policy
 from .tiny import CHAT_FORMATS, DEFAULT_SIZE, PARAMETERS, PRESETS, create_tiny, describe
 from .tiny_vlm import create_tiny_vlm, image_tokens_for
 from .vlm import is_processor, text_tokenizer
@@ -137,7 +132,7 @@ def _cmd_create_tiny_vlm(args: argparse.Namespace) -> int:
 
 def _cmd_fetch_smollm2(args: argparse.Namespace) -> int:
     path = fetch_smollm2(args.dest)
-    if _gguf_cache_enabled() and not args.no_convert:
+    if gguf_cache_enabled() and not args.no_convert:
         convert_gguf(path)  # pay the slow GGUF parse once, now
     print(path)
     return 0

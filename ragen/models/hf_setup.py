@@ -58,3 +58,18 @@ def enable_activation_checkpointing(model) -> None:
     in v6), else ``gradient_checkpointing_enable``."""
     enable = getattr(model, "activation_checkpointing_enable", None)
     (enable or model.gradient_checkpointing_enable)()
+
+
+def sync_special_ids(model, tokenizer) -> None:
+    """Make ``generation_config`` know the pad id and the tokenizer's eos (GGUF often lacks them)."""
+    gen = getattr(model, "generation_config", None)
+    if gen is None:
+        return
+    if gen.pad_token_id is None:
+        gen.pad_token_id = tokenizer.pad_token_id
+    eos = gen.eos_token_id
+    eos_ids = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in eos_ids:
+        eos_ids.insert(0, tokenizer.eos_token_id)
+    if eos_ids:
+        gen.eos_token_id = eos_ids if len(eos_ids) > 1 else eos_ids[0]

@@ -419,6 +419,7 @@ def split_logprobs(
     (its first ``shared`` columns once), the LM head on the hidden states that predict a
     wanted token only; ``dedupe``: rows that share a prompt run it once (module doc,
     "Identical prompts"). Returns ``(B, T-1)`` log-probs and entropies (or None)."""
+    # deferred: these import torch, and importing this module stays torch-free
     import torch
 
     from ragen.algo import entropy_from_logits, logprobs_from_logits

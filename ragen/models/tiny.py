@@ -36,6 +36,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+import ragen.envs as envs
 from ragen.errors import ConfigError, UsageError
 
 from .hf_setup import quiet_transformers
@@ -323,8 +324,6 @@ def _env_texts(rng: random.Random) -> list[str]:
     dropped out silently and the same seed built another tokenizer.
     """
     try:
-        import ragen.envs as envs
-
         names = [name for name in envs.names() if name in CORPUS_ENVS]
     except Exception:  # the env package is optional for the tokenizer
         return []

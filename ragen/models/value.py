@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import copy
 import os
+import sys
 from typing import Any
 
 from ragen.errors import ModelLoadError, UsageError
 
-from .loading import load_policy, pick_device, pick_dtype, quiet_transformers, resolve_source
+from .hf_setup import quiet_transformers
+from .loading import load_policy, pick_device, pick_dtype
 from .logprobs import (
     backbone_hidden,
     duplicate_rows,
@@ -38,6 +40,7 @@ from .logprobs import (
     runs_whole,
     shared_prefix_columns,
 )
+from .names import resolve_source
 from .vlm import create_vision_critic, is_vision_config
 
 
@@ -174,8 +177,6 @@ def load_critic(path, device: Any = None, dtype: Any = None):
 
 def _say(message: str) -> None:
     """One line on stderr, in our words, for what transformers would report at length."""
-    import sys
-
     print(message, file=sys.stderr, flush=True)
 
 

@@ -29,6 +29,9 @@ without it :func:`load_processor` falls back to the same processor without video
 
 from __future__ import annotations
 
+import copy
+import json
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -120,9 +123,6 @@ def _config_path(source: str, name: str, **kwargs) -> str | None:
 
 def _read_config(source: str, name: str, **kwargs) -> dict:
     """JSON file ``name`` of a folder or hub id; ``{}`` where it has none."""
-    import json
-    from pathlib import Path
-
     path = _config_path(source, name, **kwargs)
     return json.loads(Path(path).read_text(encoding="utf-8")) if path else {}
 
@@ -334,8 +334,6 @@ def create_vision_critic(policy, device=None, dtype=None):
     (``critic/model.safetensors``). The head starts at zero for the reason given in
     ``ragen.models.value``.
     """
-    import copy
-
     import torch
 
     base = policy.get_base_model() if hasattr(policy, "get_base_model") else policy

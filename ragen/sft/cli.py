@@ -12,6 +12,8 @@ from ragen.envs import check_options as check_env_options
 from ragen.envs.checker import check_plugin
 from ragen.errors import UsageError
 
+from .config import SFTConfig
+
 # the rollout knobs that shape the expert data's prompts and turns; match the RL run's
 _SFT_ROLLOUT_FLAGS = [
     "max_turns",
@@ -88,7 +90,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .trainer import SFTConfig, run_sft  # deferred: imports torch
+    from .trainer import run_sft  # deferred: imports torch
 
     if not args.out:
         raise UsageError("ragen sft needs --out DIR (where the fine-tuned model is saved)")
@@ -132,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_merge(args: argparse.Namespace) -> int:
-    from .trainer import merge_adapter  # deferred: imports torch
+    from ragen.models.lora import merge_adapter  # deferred: imports torch
 
     out = merge_adapter(args.base, args.adapter, args.out)
     print(f"merged model saved to {out}")

@@ -1,1 +1,1 @@
-"""The StarPO trainer: config, batching, the training loop, checkpoints and metrics."""
+"""The StarPO trainer: its config, the training loop and its phases, checkpoints and metrics."""

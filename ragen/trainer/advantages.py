@@ -3,7 +3,8 @@
 :func:`advantage_phase` is the phase: the in-reward KL penalty (``algo.kl_in_reward``),
 the registered estimator by name (``algo.adv_estimator``), whitening, the masks (the
 policy trains on M_loss, the critic fits M_adv), then the optional advantage floor and
-forking-token mask (``ragen.trainer.batching``), with their metrics. Only config and
+forking-token mask (:func:`floor_advantages`, :func:`mask_certain_tokens`), with their
+metrics. Only config and
 tensors: no model runs here, so it is the same on any number of ranks.
 """
 
@@ -14,8 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ragen import algo
-
-from .batching import TrainingBatch, floor_advantages, mask_certain_tokens
+from ragen.batching import TrainingBatch
 
 if TYPE_CHECKING:
     from .config import AlgoConfig
@@ -88,3 +88,45 @@ def estimate(
         gamma_token=a.gamma_token,
         lam_token=a.lam_token,
     )
+
+
+def mask_certain_tokens(batch: TrainingBatch, min_entropy: float) -> dict[str, float]:
+    """Zero the advantages of response tokens the behaviour policy was nearly certain of.
+
+    ``batch.advantages`` (B, T) *= ``old_entropy >= min_entropy`` on the response tokens
+    (``algo.pg_min_entropy``). Why: a reply template's tokens (tags, the words around the
+    decision) have p ~ 1 and entropy ~ 0; in a batch of mostly failed episodes they carry
+    negative advantages, and although each gradient ``(1 - p)`` is tiny, Adam scales small
+    consistent gradients up to full steps, until the template breaks.
+    Only the "forking" tokens, where the policy actually chooses, take the policy
+    gradient. Returns ``actor/pg_token_frac``, the share of response tokens kept.
+    """
+    if batch.old_entropy is None or batch.advantages is None:
+        raise ValueError("mask_certain_tokens needs old_entropy and advantages on the batch")
+    mask = batch.response_mask > 0
+    keep = (batch.old_entropy >= min_entropy) & mask
+    batch.advantages = batch.advantages * keep.to(batch.advantages.dtype)
+    kept = float(keep.sum()) / max(float(mask.sum()), 1.0)
+    return {"actor/pg_token_frac": kept}
+
+
+def floor_advantages(batch: TrainingBatch, floor: float) -> dict[str, float]:
+    """Raise the response tokens' advantages below ``floor`` to it (``algo.advantage_floor``).
+
+    ``batch.advantages`` (B, T) = ``max(A, floor)`` on the response tokens. With floor 0
+    the update only raises the probability of samples that did better than their
+    baseline and never pushes a sampled token down: the policy-gradient form of filtered
+    behaviour cloning (RAFT, ReST), with the group or critic baseline as the filter.
+    Why: when a reply names its move twice (the thought, then the answer copying it), a
+    negative advantage on the copied answer token teaches the answer to differ from the
+    thought, and the copy breaks before the decision improves. The
+    expected gradient is no longer unbiased; it still moves probability from worse to
+    better moves, since raising a token lowers its alternatives.
+    Returns ``actor/floored_frac``, the share of response tokens raised.
+    """
+    if batch.advantages is None:
+        raise ValueError("floor_advantages needs advantages on the batch")
+    mask = batch.response_mask > 0
+    below = (batch.advantages < floor) & mask
+    batch.advantages = torch.where(mask, batch.advantages.clamp(min=floor), batch.advantages)
+    return {"actor/floored_frac": float(below.sum()) / max(float(mask.sum()), 1.0)}

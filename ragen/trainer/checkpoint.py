@@ -25,13 +25,16 @@ either a complete, verifiable checkpoint or a ``.tmp`` folder that is ignored.
 ``latest()`` and ``load()`` re-hash every file against the manifest and raise
 :class:`CheckpointError` (naming the folder and the fix) instead of silently skipping a
 damaged checkpoint: resuming from an older step than the user thinks is a silent bug.
+
+Here: the format and :class:`CheckpointManager` (save, verify, load, prune, the RNG
+states, the config keys a resume must share). How a model goes in and comes back out:
+:mod:`ragen.trainer.checkpoint_models`; how the files reach the disk:
+:mod:`ragen.trainer.checkpoint_files`.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import inspect
 import json
 import os
 import random
@@ -45,15 +48,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from ragen.checkpoint_verify import file_problems, sha256_file, stat_fingerprint
+from ragen.checkpoint_verify import file_problems, stat_fingerprint
 from ragen.disk_space import SMALL_FILES, free_bytes, is_disk_full, mb
 from ragen.errors import (
     CheckpointError,
     DiskFullError,
     MissingFileError,
-    NonFiniteError,
 )
-from ragen.models.finite import check_finite_weights, nonfinite_tensors
+from ragen.models.finite import check_finite_weights
 from ragen.models.hf_setup import quiet_transformers
 from ragen.run_layout import (
     CHECKPOINTS,
@@ -65,13 +67,22 @@ from ragen.run_layout import (
     step_of,
 )
 
+from .checkpoint_files import describe_files, fix_hint, fsync_dir, to_json, write_synced
+from .checkpoint_models import (
+    apply_model_state,
+    check_optimizer_layout,
+    module_device,
+    prepare_model_load,
+    save_model_folder,
+    unwrap,
+)
+
 FORMAT_NAME = "ragen-checkpoint"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 TRAINER_STATE = "trainer_state.json"
 OPTIM_FILE = "optim.pt"
 RNG_FILE = "rng.pt"
-PLAIN_WEIGHTS = "model.safetensors"  # weights of a model without ``save_pretrained``
 
 # Config keys whose change makes a checkpoint unusable for resuming. Architecture and
 # vocabulary changes are caught anyway by the parameter name/shape check on load.
@@ -181,7 +192,7 @@ class CheckpointManager:
         if not manifest_path.is_file():
             raise CheckpointError(
                 f"checkpoint {folder} has no {MANIFEST}, so it is incomplete or was not written "
-                f"by ragen. {_fix_hint(folder)}"
+                f"by ragen. {fix_hint(folder)}"
             )
         try:
             manifest = json.loads(manifest_path.read_text())
@@ -190,7 +201,7 @@ class CheckpointManager:
                 raise ValueError(f"format is {manifest.get('format')!r}")
         except (OSError, ValueError, KeyError, TypeError) as err:
             raise CheckpointError(
-                f"checkpoint {folder}: cannot read {MANIFEST} ({err}). {_fix_hint(folder)}"
+                f"checkpoint {folder}: cannot read {MANIFEST} ({err}). {fix_hint(folder)}"
             ) from None
         if manifest.get("version", 0) > FORMAT_VERSION:
             raise CheckpointError(
@@ -206,7 +217,7 @@ class CheckpointManager:
             shown = "; ".join(problems[:5]) + (
                 f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
             )
-            raise CheckpointError(f"checkpoint {folder} is corrupt: {shown}. {_fix_hint(folder)}")
+            raise CheckpointError(f"checkpoint {folder} is corrupt: {shown}. {fix_hint(folder)}")
         self._verified[folder.resolve()] = (fingerprint, manifest)
         return manifest
 
@@ -243,15 +254,15 @@ class CheckpointManager:
         for role, model in (("actor", actor), ("critic", critic)):
             if model is not None:  # a NaN checkpoint would load and "evaluate" as garbage
                 check_finite_weights(
-                    _unwrap(model),
+                    unwrap(model),
                     f"refusing to save checkpoint {final}: the {role}",
                     "the run diverged; lower the learning rate (model.actor_lr / "
                     "model.critic_lr) and resume from the previous checkpoint",
                 )
         state = dict(trainer_state or {})
         state["step"] = step
-        state_text = _to_json(state, "trainer_state")
-        config_text = None if config is None else _to_json(_config_to_dict(config), "config")
+        state_text = to_json(state, "trainer_state")
+        config_text = None if config is None else to_json(_config_to_dict(config), "config")
 
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = final.with_name(final.name + ".tmp")
@@ -261,10 +272,10 @@ class CheckpointManager:
 
         try:
             with quiet_transformers():  # no "Writing model shards" bar per checkpoint
-                actor_kind = _save_model(actor, tmp, "actor")
+                actor_kind = save_model_folder(actor, tmp, "actor")
                 if tokenizer is not None:
                     tokenizer.save_pretrained(str(tmp / "actor"))
-                critic_kind = None if critic is None else _save_model(critic, tmp, "critic")
+                critic_kind = None if critic is None else save_model_folder(critic, tmp, "critic")
             optimizers, schedulers = dict(optimizers or {}), dict(schedulers or {})
             torch.save(
                 {
@@ -288,9 +299,9 @@ class CheckpointManager:
                 "optimizers": sorted(optimizers),
                 "schedulers": sorted(schedulers),
                 "has_config": config_text is not None,
-                "files": _describe_files(tmp),  # hashing also fsyncs every file
+                "files": describe_files(tmp),  # hashing also fsyncs every file
             }
-            _write_synced(tmp / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
+            write_synced(tmp / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
         except BaseException as err:
             # Never leave a half-written folder behind from a failure we can see (a hard
             # crash still can; list() ignores it and the next save of this step removes it).
@@ -309,7 +320,7 @@ class CheckpointManager:
             shutil.rmtree(old)
         else:
             os.replace(tmp, final)
-        _fsync_dir(self.root)
+        fsync_dir(self.root)
         self._verified.pop(final.resolve(), None)
         self._prune(keep=final)
         return final
@@ -352,7 +363,7 @@ class CheckpointManager:
             self._verified.pop(folder.resolve(), None)
             moved.append(target)
         if moved:
-            _fsync_dir(self.root)
+            fsync_dir(self.root)
         return moved
 
     def _prune(self, keep: Path) -> None:
@@ -414,8 +425,8 @@ class CheckpointManager:
         plan: list[tuple[torch.nn.Module, dict, bool]] = []
         for role, model in (("actor", actor), ("critic", critic)):
             if model is not None:
-                plan.append(_prepare_model_load(_unwrap(model), folder, role, manifest[role]))
-        device = _module_device(actor if actor is not None else critic)
+                plan.append(prepare_model_load(unwrap(model), folder, role, manifest[role]))
+        device = module_device(actor if actor is not None else critic)
         optim_state = self._torch_load(folder / OPTIM_FILE, device, trust_pickle)
         for kind, given in (("optimizers", optimizers), ("schedulers", schedulers)):
             missing = sorted(set(given) - set(optim_state[kind]))
@@ -425,7 +436,7 @@ class CheckpointManager:
                     f"{sorted(optim_state[kind])}); pass the same names that were saved"
                 )
         for name, opt in optimizers.items():
-            _check_optimizer_layout(
+            check_optimizer_layout(
                 opt, optim_state["optimizers"][name], f"{folder}: optimizer {name!r}"
             )
         rng_state = (
@@ -434,7 +445,7 @@ class CheckpointManager:
 
         # Phase 2: apply.
         for model, state, is_adapter in plan:
-            _apply_model_state(model, state, is_adapter)
+            apply_model_state(model, state, is_adapter)
         for name, opt in optimizers.items():
             opt.load_state_dict(optim_state["optimizers"][name])
         for name, sch in schedulers.items():
@@ -453,185 +464,7 @@ class CheckpointManager:
                     f"{file} holds objects that safe loading refuses ({str(err).splitlines()[0]}); "
                     "if you trust this checkpoint, pass trust_pickle=True"
                 ) from None
-            raise CheckpointError(f"cannot read {file} ({err}). {_fix_hint(file.parent)}") from None
-
-
-# ------------------------------------------------------------------------------- models
-def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    """Strip torch.compile / DistributedDataParallel wrappers (they save with odd key names)."""
-    model = getattr(model, "_orig_mod", model)
-    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
-        model = model.module
-    return model
-
-
-def _is_peft(model: torch.nn.Module) -> bool:
-    try:
-        from peft import PeftModel
-    except ImportError:  # peft not installed: cannot be a PEFT model
-        return False
-    return isinstance(model, PeftModel)
-
-
-def _save_hf(model: torch.nn.Module, folder: Path) -> None:
-    # transformers 5 always writes safetensors and dropped the flag; 4.x needs it.
-    kwargs = {}
-    if "safe_serialization" in inspect.signature(model.save_pretrained).parameters:
-        kwargs["safe_serialization"] = True
-    model.save_pretrained(str(folder), **kwargs)
-
-
-def _save_model(model: torch.nn.Module, root: Path, role: str) -> str:
-    """Save ``model`` as ``root/role`` (+ ``root/role_adapter`` for PEFT); return its kind.
-
-    kinds: ``"hf"`` (save_pretrained folder), ``"peft"`` (adapter + merged HF folder),
-    ``"state_dict"`` (plain module: ``role/model.safetensors``).
-    """
-    from safetensors.torch import save_model
-
-    model = _unwrap(model)
-    if _is_peft(model):
-        model.save_pretrained(str(root / f"{role}_adapter"), safe_serialization=True)
-        # Merge on a copy: merging in place and unmerging later is not exact in low
-        # precision, and the training model must stay untouched. Costs one model copy.
-        merged = copy.deepcopy(model).merge_and_unload()
-        _save_hf(merged, root / role)
-        del merged
-        return "peft"
-    if hasattr(model, "save_pretrained") and hasattr(model, "config"):
-        _save_hf(model, root / role)
-        return "hf"
-    (root / role).mkdir()
-    save_model(model, str(root / role / PLAIN_WEIGHTS))  # handles tied (shared) tensors
-    return "state_dict"
-
-
-def _read_safetensors(folder: Path, exclude_adapter: bool = True) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    files = sorted(folder.glob("*.safetensors"))
-    if exclude_adapter:
-        files = [f for f in files if not f.name.startswith("adapter_model")]
-    if not files:
-        raise CheckpointError(f"{folder} holds no .safetensors weights. {_fix_hint(folder.parent)}")
-    state: dict[str, torch.Tensor] = {}
-    for file in files:  # sharded checkpoints: model-00001-of-00002.safetensors, ...
-        state.update(load_file(str(file), device="cpu"))
-    return state
-
-
-def _prepare_model_load(
-    model: torch.nn.Module, folder: Path, role: str, saved_kind: str | None
-) -> tuple[torch.nn.Module, dict, bool]:
-    """Read the weights for ``model`` and check names/shapes; returns (model, state, is_adapter)."""
-    if saved_kind is None:
-        raise CheckpointError(f"checkpoint {folder} has no {role}; pass {role}=None")
-    if _is_peft(model):
-        from peft import get_peft_model_state_dict
-
-        if saved_kind != "peft":
-            raise CheckpointError(
-                f"checkpoint {folder} holds a full {role} model, but the {role} passed to load() "
-                "is a LoRA (PEFT) model; build it without LoRA (model.lora.rank=0) to resume"
-            )
-        adapter_files = sorted((folder / f"{role}_adapter").rglob("adapter_model.safetensors"))
-        if not adapter_files:
-            raise CheckpointError(
-                f"{folder / (role + '_adapter')} has no adapter_model.safetensors. {_fix_hint(folder)}"
-            )
-        from safetensors.torch import load_file
-
-        state = load_file(str(adapter_files[0]), device="cpu")
-        expected = get_peft_model_state_dict(model, adapter_name=model.active_adapter)
-        _check_names_and_shapes(expected, state, f"{folder / (role + '_adapter')}", tied={})
-        _check_finite_state(state, folder / f"{role}_adapter")
-        return model, state, True
-    # A plain model takes the full weights (the merged ones for a PEFT checkpoint).
-    state = _read_safetensors(folder / role)
-    expected = model.state_dict()
-    _check_names_and_shapes(expected, state, str(folder / role), tied=_tied_names(expected))
-    _check_finite_state(state, folder / role)
-    return model, state, False
-
-
-def _check_finite_state(state: Mapping[str, torch.Tensor], where: Path) -> None:
-    """Refuse weights with NaN/inf before they replace the model's (``ragen.models.finite``)."""
-    bad = nonfinite_tensors(state.items())
-    if bad:
-        raise NonFiniteError(
-            f"weights in {where}: {len(bad)} of {len(state)} tensors hold NaN or inf "
-            f"({_summarize(bad)}). Fix: resume from an earlier checkpoint "
-            "(trainer.resume=RUN/checkpoints/step_N)"
-        )
-
-
-def _apply_model_state(model: torch.nn.Module, state: dict, is_adapter: bool) -> None:
-    if is_adapter:
-        from peft import set_peft_model_state_dict
-
-        set_peft_model_state_dict(model, state, adapter_name=model.active_adapter)
-        return
-    # Names/shapes were checked already; strict=False only tolerates omitted tied copies.
-    with torch.no_grad():
-        model.load_state_dict(state, strict=False)
-
-
-def _tied_names(state: Mapping[str, torch.Tensor]) -> dict[str, set[str]]:
-    """name -> other names sharing the same storage (tied embeddings save only one copy)."""
-    by_ptr: dict[tuple, list[str]] = {}
-    for name, tensor in state.items():
-        if tensor.device.type == "meta":
-            continue
-        by_ptr.setdefault((tensor.data_ptr(), tuple(tensor.shape)), []).append(name)
-    return {n: set(group) - {n} for group in by_ptr.values() if len(group) > 1 for n in group}
-
-
-def _check_names_and_shapes(
-    expected: Mapping[str, torch.Tensor],
-    state: Mapping[str, torch.Tensor],
-    where: str,
-    tied: Mapping[str, set[str]],
-) -> None:
-    """Like ``load_state_dict(strict=True)`` but with a short summary instead of every key."""
-    missing = [k for k in expected if k not in state and not (tied.get(k, set()) & state.keys())]
-    unexpected = [k for k in state if k not in expected]
-    shapes = [
-        f"{k} {tuple(state[k].shape)} vs model {tuple(expected[k].shape)}"
-        for k in state
-        if k in expected and tuple(state[k].shape) != tuple(expected[k].shape)
-    ]
-    problems = []
-    for label, items in (
-        ("missing", missing),
-        ("unexpected", unexpected),
-        ("shape mismatch", shapes),
-    ):
-        if items:
-            problems.append(f"{len(items)} {label} ({_summarize(items)})")
-    if problems:
-        raise CheckpointError(
-            f"weights in {where} do not fit the model: {'; '.join(problems)}. The model was "
-            "built with a different architecture/vocabulary/LoRA setup than the checkpoint; "
-            "use the same model settings, or start a new run folder"
-        )
-
-
-def _check_optimizer_layout(opt: torch.optim.Optimizer, saved: Mapping, where: str) -> None:
-    ours = [len(g["params"]) for g in opt.param_groups]
-    theirs = [len(g["params"]) for g in saved.get("param_groups", [])]
-    if ours != theirs:
-        raise CheckpointError(
-            f"{where} state does not fit: saved param groups hold {theirs} parameters, the "
-            f"optimizer now holds {ours}; build the optimizer over the same parameters as before"
-        )
-
-
-def _module_device(model: torch.nn.Module | None) -> torch.device:
-    if model is None:
-        return torch.device("cpu")
-    for p in model.parameters():
-        return p.device
-    return torch.device("cpu")
+            raise CheckpointError(f"cannot read {file} ({err}). {fix_hint(file.parent)}") from None
 
 
 # ------------------------------------------------------------------------------- RNG
@@ -736,54 +569,3 @@ def _checkpoint_bytes(
                 v.numel() * v.element_size() for v in state.values() if isinstance(v, torch.Tensor)
             )
     return total + SMALL_FILES
-
-
-# ------------------------------------------------------------------------------- files
-def _to_json(value: Any, what: str) -> str:
-    try:
-        return json.dumps(value, indent=1, sort_keys=True)
-    except (TypeError, ValueError) as err:
-        raise TypeError(
-            f"{what} must be JSON-serializable ({err}); convert tensors/arrays with .item() / .tolist()"
-        ) from None
-
-
-def _describe_files(folder: Path) -> dict[str, dict]:
-    """``{relative path: {"size", "sha256"}}`` of every file; also fsyncs them to disk."""
-    files = {}
-    for file in sorted(p for p in folder.rglob("*") if p.is_file()):
-        rel = file.relative_to(folder).as_posix()
-        files[rel] = {"size": file.stat().st_size, "sha256": sha256_file(file, fsync=True)}
-    return files
-
-
-def _write_synced(file: Path, text: str) -> None:
-    with open(file, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:  # not supported on every platform/filesystem
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _summarize(items: list[str], n: int = 3) -> str:
-    shown = ", ".join(items[:n])
-    return shown + (f", ... {len(items) - n} more" if len(items) > n else "")
-
-
-def _fix_hint(folder: Path) -> str:
-    return (
-        f"Delete {folder} to fall back to the previous checkpoint, or resume from a specific "
-        "checkpoint folder (trainer.resume=PATH)"
-    )

@@ -28,8 +28,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from .checkpoint import step_of
 from .collapse import CollapseDetector, CollapseWarning
 from .config import apply_rollback_change, to_yaml
+from .metrics_logger import move_logs_after, read_metrics
 
 
 class CollapseGuard:
@@ -43,8 +45,6 @@ class CollapseGuard:
         if trainer.start_step > 0:
             # a resumed run re-warms the detector on the logged steps it keeps, so its
             # peaks, diagnostics and warnings match the uninterrupted run's
-            from .metrics_logger import read_metrics
-
             for row in read_metrics(trainer.run_dir):
                 if row["step"] <= trainer.start_step:
                     self.observe(int(row["step"]), dict(row))
@@ -91,8 +91,6 @@ class CollapseGuard:
         )
 
     def _rollback(self, step: int, warnings: list[CollapseWarning]) -> int:
-        from .checkpoint import step_of
-
         tr = self.trainer
         t = tr.cfg.trainer
         # strictly before the warning; with rollback_to=onset, at or before the step the
@@ -123,8 +121,6 @@ class CollapseGuard:
             tr._supersede_after(restored)  # later checkpoints and their logs, kept aside
         else:
             # no later checkpoint to move, but keep the abandoned steps' logs for reading
-            from .metrics_logger import move_logs_after
-
             dest = tr.run_dir / "superseded" / f"rollback{self.rollbacks + 1}_step{step}"
             move_logs_after(tr.run_dir, restored, dest)
         new_cfg, changed = apply_rollback_change(tr.cfg, list(t.rollback_change))

@@ -37,6 +37,7 @@ import json
 import math
 import os
 import re
+import shutil
 import sys
 import time
 import uuid
@@ -418,8 +419,6 @@ def move_logs_after(run_dir: str | Path, step: int, dest: str | Path) -> list[st
                 moved.append(f"{TRAJECTORY_DIR}/{file.name}")
     tb = run_dir / TENSORBOARD_DIR
     if tb.is_dir() and any(tb.iterdir()):
-        import shutil
-
         shutil.copytree(tb, dest / TENSORBOARD_DIR)
         moved.append(f"{TENSORBOARD_DIR}/ (copy)")
     return moved

@@ -20,10 +20,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from ragen.models import load_policy
+from ragen.models.hf_setup import enable_activation_checkpointing
+from ragen.models.loading import pick_device, pick_dtype
+from ragen.models.lora import apply_lora
+from ragen.models.memory import resolve_token_budget
+from ragen.models.names import resolve_model
 from ragen.models.precision import cpu_autocast
+from ragen.models.value import create_critic
 from ragen.models.vlm import text_tokenizer
-
-from . import setup
 
 if TYPE_CHECKING:
     from .config import TrainConfig
@@ -78,6 +83,22 @@ class TrainModels:
         return out
 
 
+def make_optimizer(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    """AdamW over ``model``'s trainable parameters (the LoRA adapters alone, with LoRA)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("the model has no trainable parameters")  # a bug, not a user error
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=(0.9, 0.999), eps=1e-8)
+
+
+def make_scheduler(optimizer: torch.optim.Optimizer, warmup_steps: int) -> Any:
+    """Linear warm-up to the base learning rate, then constant (as in RAGEN)."""
+    warmup = max(0, int(warmup_steps))
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: 1.0 if warmup == 0 else min(1.0, (step + 1) / warmup)
+    )
+
+
 def training_autocast(cfg: TrainConfig, device: torch.device) -> Any:
     """bf16 autocast on CUDA (``trainer.bf16``) or a CPU with bf16 instructions
     (``trainer.bf16_cpu``); a no-op context otherwise."""
@@ -89,12 +110,6 @@ def training_autocast(cfg: TrainConfig, device: torch.device) -> Any:
 
 def build_models(cfg: TrainConfig) -> TrainModels:
     """Load and set up every model of ``cfg`` (see the module doc)."""
-    from ragen.models import load_policy
-    from ragen.models.hf_setup import enable_activation_checkpointing
-    from ragen.models.loading import pick_device, pick_dtype, resolve_model
-    from ragen.models.memory import resolve_token_budget
-    from ragen.models.value import create_critic
-
     m = cfg.model
     device = pick_device(m.device, key="model.device")
     dtype = pick_dtype(device, m.dtype, training=True)
@@ -105,7 +120,7 @@ def build_models(cfg: TrainConfig) -> TrainModels:
         actor.config.use_cache = False
     use_lora = m.lora.rank > 0
     if use_lora:
-        actor = setup.apply_lora(actor, m.lora)
+        actor = apply_lora(actor, m.lora)
     ref = None
     if cfg.algo.kl_coef > 0 and not use_lora:
         # A frozen copy of the initial policy. With LoRA the reference is the same
@@ -116,11 +131,11 @@ def build_models(cfg: TrainConfig) -> TrainModels:
         critic = create_critic(m.critic_path or path, device=str(device), dtype=dtype)
         if m.gradient_checkpointing:
             enable_activation_checkpointing(critic)
-    actor_opt = setup.make_optimizer(actor, m.actor_lr, m.weight_decay)
-    actor_sched = setup.make_scheduler(actor_opt, m.warmup_steps)
+    actor_opt = make_optimizer(actor, m.actor_lr, m.weight_decay)
+    actor_sched = make_scheduler(actor_opt, m.warmup_steps)
     if critic is not None:
-        critic_opt = setup.make_optimizer(critic, m.critic_lr, m.weight_decay)
-        critic_sched = setup.make_scheduler(critic_opt, m.warmup_steps)
+        critic_opt = make_optimizer(critic, m.critic_lr, m.weight_decay)
+        critic_sched = make_scheduler(critic_opt, m.warmup_steps)
     text_tok = text_tokenizer(tokenizer)  # a VLM's processor holds its tokenizer
     pad_id = text_tok.pad_token_id if text_tok.pad_token_id is not None else text_tok.eos_token_id
     # the micro-batch's tokens: what fits in memory, checked before the first step

@@ -1,59 +1,28 @@
-"""What a training step leaves behind when its loss or gradient turns NaN/inf.
+"""How an RL run stops when an update's loss or gradient turns NaN/inf.
 
 The update checks each micro-batch's loss and each minibatch's gradient norm before the
-optimizer steps (``ragen.trainer.update.optimizer_step``, ``ragen.sft.trainer.train_sft``); a
-non-finite one raises :class:`NonFiniteUpdate` there, so the weights never see it. The
-step's data is then saved for inspection, as plain tensors anyone can read::
-
-    RUN/nonfinite/step_000007/batch.pt      {field: tensor} of the step's TrainingBatch
-                                            (torch.load(..., weights_only=True) reads it)
-    RUN/nonfinite/step_000007/report.json   what went non-finite, where, the settings
-
-and the run stops with one line naming the folder, the last checkpoint and the fix.
+optimizer steps (``ragen.trainer.update.optimizer_step``, with
+``ragen.models.finite.nonfinite_loss``); a non-finite one raises
+:class:`NonFiniteUpdate` there, so the weights never see it. The trainer then saves the
+step's data (``RUN/nonfinite/step_N/``, :func:`ragen.models.finite.save_step_data`) and
+stops with one line naming the folder, the last checkpoint and the fix
+(:func:`stop_error`). SFT stops the same way with its own message
+(``ragen.sft.trainer``).
 """
 
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from ragen.errors import NonFiniteError
-
-NONFINITE_DIR = "nonfinite"
+from ragen.models.finite import NONFINITE_DIR, save_step_data
+from ragen.run_layout import step_dir_name
 
 
 class NonFiniteUpdate(NonFiniteError):
     """Raised inside an update where a loss or gradient is NaN/inf, before the optimizer
     step; the caller adds the step, saves its data and says how to go on."""
-
-
-def nonfinite_loss(loss: torch.Tensor, what: str, model: torch.nn.Module) -> str:
-    """``""`` when ``loss`` is finite, else what went wrong (``"the actor loss is nan"``).
-
-    A non-finite loss is not back-propagated: the caller skips its backward, and the
-    model's gradient is set to NaN here instead, so the optimizer step stops on every
-    rank of a data-parallel update alike (gradients are summed over ranks before their
-    norm is taken), not only on the rank that saw the bad loss."""
-    value = float(loss.detach())
-    if math.isfinite(value):
-        return ""
-    first = next(p for p in model.parameters() if p.requires_grad)
-    first.grad = torch.full_like(first, float("nan"))
-    return f"the {what} is {value}"
-
-
-def save_step_data(folder: Path, tensors: dict[str, Any], report: dict[str, Any]) -> Path:
-    """Write ``tensors`` (None values skipped) as ``batch.pt`` and ``report`` as
-    ``report.json`` into ``folder``; returns ``folder``."""
-    folder.mkdir(parents=True, exist_ok=True)
-    kept = {k: v.detach().cpu() for k, v in tensors.items() if isinstance(v, torch.Tensor)}
-    torch.save(kept, folder / "batch.pt")
-    (folder / "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
-    return folder
 
 
 def stop_error(
@@ -68,8 +37,6 @@ def stop_error(
 ) -> NonFiniteError:
     """Save step ``step + 1``'s batch (``tensors``: its fields) for inspection; the
     one-line error that stops the run. ``cfg``: the run's ``TrainConfig``."""
-    from ragen.run_layout import step_dir_name
-
     m, a = cfg.model, cfg.algo
     folder = run_dir / NONFINITE_DIR / step_dir_name(step + 1)
     report = {

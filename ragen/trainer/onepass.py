@@ -33,7 +33,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .batching import TrainingBatch
+    from ragen.batching import TrainingBatch
+
     from .config import TrainConfig
 
 #: advantage estimators whose output for a row depends on that row's inputs only (per-row

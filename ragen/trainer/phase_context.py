@@ -26,9 +26,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 
 from ragen import algo
+from ragen.batching import TrainingBatch, micro_batches
 from ragen.models.vlm import forward_inputs, row_images
-
-from .batching import TrainingBatch, micro_batches
 
 if TYPE_CHECKING:
     from ragen.agent.trajectory import Trajectory

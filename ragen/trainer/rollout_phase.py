@@ -6,7 +6,7 @@
   normalized ones: docs/ARCHITECTURE.md, "Pitfalls"), then the episodes with tokens to
   train;
 * :func:`prepare_batch` -- pad, normalize scores, place rewards: the
-  :class:`~.batching.TrainingBatch` the model phases fill in.
+  :class:`~ragen.batching.TrainingBatch` the model phases fill in.
 
 No model runs here except inside ``rollout`` (the trainer's: in this process, or on the
 rollout workers); seeds derive from ``trainer.seed`` and the step, so a step replays.
@@ -14,7 +14,7 @@ rollout workers); seeds derive from ``trainer.seed`` and the step, so a step rep
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -23,9 +23,11 @@ import torch
 from ragen import algo
 from ragen.agent.metrics import rollout_metrics
 from ragen.agent.trajectory import Trajectory
+from ragen.batching import TrainingBatch, collate
 from ragen.envs.base import derive_seed
+from ragen.errors import ConfigError
 
-from .batching import TrainingBatch, baseline_groups, collate, filter_sample_values, place_rewards
+from .credit import baseline_groups, place_rewards
 from .dynamic_sampling import sample_informative
 
 if TYPE_CHECKING:
@@ -146,8 +148,6 @@ def stalled_error(cfg: TrainConfig, skipped: int, metrics: dict[str, float], rea
     """The one-line :class:`ConfigError` after ``skipped`` consecutive steps that trained
     nothing; ``reason``: why the last one did not (``"filter"``: the filter kept no
     group; else every kept episode overflowed the context before its first response)."""
-    from ragen.errors import ConfigError
-
     r, f = cfg.rollout, cfg.algo.filter
     head = f"{skipped} consecutive steps trained nothing, so the run stops"
     tail = (
@@ -170,3 +170,22 @@ def stalled_error(cfg: TrainConfig, skipped: int, metrics: dict[str, float], rea
         "Fix: raise rollout.max_model_len, or shorten the prompt (env config, "
         f"rollout.max_turns, rollout.context_window); {tail}"
     )
+
+
+def filter_sample_values(trajectories: Sequence[Trajectory], metric: str) -> list[float] | None:
+    """The per-sample values the StarPO-S filter ranks groups by, ``(B,)`` (else ``None``).
+
+    * ``entropy``: the mean surprisal of the sampled tokens, ``-(1/|y|) sum_t log p(y_t)``
+      from the generation log-probs -- an unbiased estimate of the mean token entropy that
+      needs no extra forward pass (0 for a sample without response tokens);
+    * ``length``: the number of sampled tokens.
+    """
+    if metric == "entropy":
+        out = []
+        for tr in trajectories:
+            lps = [lp for lp, m in zip(tr.gen_logprobs, tr.response_mask) if m]
+            out.append(-sum(lps) / len(lps) if lps else 0.0)
+        return out
+    if metric == "length":
+        return [float(tr.num_response_tokens) for tr in trajectories]
+    return None

@@ -15,6 +15,7 @@ from ragen.errors import CheckpointError
 from ragen.run_layout import step_of
 
 from .config import to_dict
+from .metrics_logger import move_logs_after
 
 if TYPE_CHECKING:
     from .checkpoint import CheckpointManager
@@ -69,8 +70,6 @@ def supersede_after(checkpoints: CheckpointManager, step: int) -> None:
     """Resuming from a checkpoint that is not the run's latest: move the later
     checkpoints and the logs of later steps into ``run_dir/superseded/<time>/`` (kept,
     never deleted), so the run continues from ``step`` with every step logged once."""
-    from .metrics_logger import move_logs_after
-
     run_dir = checkpoints.run_dir
     later = [p for p in checkpoints.list() if step_of(p) > step]
     if not later:

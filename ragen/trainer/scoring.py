@@ -17,12 +17,13 @@ import torch
 
 from ragen import algo
 from ragen.agent.trajectory import Trajectory
+from ragen.batching import TrainingBatch
 from ragen.envs.base import derive_seed
 from ragen.models.vlm import is_processor
 
 from . import forward
-from .batching import TrainingBatch
 from .phase_context import PhaseContext
+from .reasoning_stats import reasoning_stats as thought_stats
 
 
 def logprob_agreement(batch: TrainingBatch) -> dict[str, float]:
@@ -121,8 +122,6 @@ def reasoning_stats(
     """``reasoning/cond_entropy``, ``reasoning/mutual_info``, ...: does the thought still
     depend on the prompt? (``ragen.trainer.reasoning_stats``; empty for a VLM, whose
     cross-prompt scoring does not carry pictures yet)."""
-    from .reasoning_stats import reasoning_stats as thought_stats
-
     m, c = ctx.models, ctx.cfg
     if is_processor(m.tokenizer):
         return {}

@@ -40,21 +40,32 @@ from typing import Any
 
 import torch
 
+from ragen.agent.env_manager import EnvStateManager
+from ragen.agent.metrics import rollout_metrics
+from ragen.agent.policies import ModelPolicy
+from ragen.agent.rollout import run_rollout
 from ragen.agent.trajectory import Trajectory
+from ragen.batching import TrainingBatch
+from ragen.disk_space import SMALL_FILES, adam_state_bytes, require_free, state_bytes
+from ragen.engines.hf_vlm import engine_for
 from ragen.envs.base import derive_seed
 from ragen.envs.registry import slug
 from ragen.errors import ConfigError, DiskFullError, EnvUnavailableError
 
 from . import advantages, onepass, rollout_phase, run_checkpoints, scoring, update
-from .batching import TrainingBatch
+from .checkpoint import CheckpointManager
+from .collapse_guard import CollapseGuard
 from .config import TrainConfig, to_dict, to_yaml
 from .dynamic_sampling import Curriculum
 from .forward import token_log_probs, token_values
+from .metrics_logger import MetricsLogger
 from .models import TrainModels, build_models, seed_everything
 from .nonfinite import NonFiniteUpdate, stop_error
 from .phase_context import PhaseContext
+from .run_lock import RunLock, unwritable_error
 from .scoring import logprob_agreement
 from .signals import StepAbandoned, StopSignals, TrainingInterrupted
+from .trajectory_log import episode_records, should_log, turn_advantages
 
 # names kept importable from here (tests, benches, the distributed code before the split)
 __all__ = [
@@ -121,7 +132,6 @@ class StarPOTrainer:
         # a plug-in env (pkg.mod:CoinEnv, envs/coin.py:CoinEnv) names the folder by its class
         self.run_name = t.run_name or f"{slug(cfg.env.name)}-{cfg.algo.name}"
         self.run_dir = Path(t.run_dir or Path("runs") / self.run_name)
-        from .run_lock import RunLock
 
         # one training per folder, checked before anything is loaded or written
         self.run_lock = RunLock(self.run_dir).acquire()
@@ -138,7 +148,6 @@ class StarPOTrainer:
         self._build_envs()  # first: an env that cannot play fails before a model loads
         self.models: TrainModels = build_models(cfg)
         self._build_rollout()
-        from .checkpoint import CheckpointManager
 
         self.checkpoints = CheckpointManager(self.run_dir, keep_last=t.keep_last)
         # no room for one checkpoint: say so before the first step. Every run saves one at
@@ -152,17 +161,12 @@ class StarPOTrainer:
         try:
             (self.run_dir / "config.yaml").write_text(to_yaml(cfg))
         except OSError as err:
-            from .run_lock import unwritable_error
-
             raise unwritable_error(self.run_dir, err) from None
         self.logger = self._open_logger(self.start_step)
-        from .collapse_guard import CollapseGuard
 
         self.collapse_guard = CollapseGuard(self)  # echo-trap warnings, trainer.on_collapse
 
     def _open_logger(self, start_step: int):
-        from .metrics_logger import MetricsLogger
-
         t = self.cfg.trainer
         wandb = (
             {"project": t.wandb_project, "mode": t.wandb_mode, "name": self.run_name}
@@ -180,8 +184,6 @@ class StarPOTrainer:
         )
 
     def _build_envs(self) -> None:
-        from ragen.agent.env_manager import EnvStateManager
-
         c, r = self.cfg, self.cfg.rollout
         env_config = dict(c.env.config)
         self.train_envs = EnvStateManager(
@@ -207,9 +209,6 @@ class StarPOTrainer:
             self.train_envs.max_difficulty = self.curriculum.max_difficulty
 
     def _build_rollout(self) -> None:
-        from ragen.agent.policies import ModelPolicy
-        from ragen.engines.hf_vlm import engine_for
-
         c, r = self.cfg, self.cfg.rollout
         # The engine wraps the training model itself: generation always sees the latest weights.
         # model.engine's text engine (eager | static | compiled), or HFVLMEngine for a VLM
@@ -418,8 +417,6 @@ class StarPOTrainer:
         """Stop with :class:`~ragen.errors.DiskFullError` when the run folder's disk cannot
         hold one checkpoint: the weights of every trained model plus Adam's two float32
         moments per trainable parameter (``ragen.disk_space``)."""
-        from ragen.disk_space import SMALL_FILES, adam_state_bytes, require_free, state_bytes
-
         needed = SMALL_FILES
         for model in (self.models.actor, self.models.critic):
             if model is not None:
@@ -464,8 +461,6 @@ class StarPOTrainer:
         yield self.actor, self.critic, self._optimizers()
 
     def rollout(self, manager, seeds: list[int], temperature: float, sample_seed: int):
-        from ragen.agent.rollout import run_rollout
-
         cfg = dataclasses.replace(self.rollout_cfg, temperature=temperature, seed=sample_seed)
         if self.scale is not None and self.scale.collector is not None:
             return self.scale.rollout(manager, cfg, seeds)  # on the rollout workers
@@ -618,8 +613,6 @@ class StarPOTrainer:
         """Write step ``step + 1``'s episodes (bounded; ``ragen.trainer.trajectory_log``)
         with the filter's verdict and, for the ``kept`` samples in ``batch``, the mean
         advantage each turn is trained with."""
-        from .trajectory_log import episode_records, should_log, turn_advantages
-
         t = self.cfg.trainer
         if not t.save_trajectories:
             return
@@ -669,8 +662,6 @@ class StarPOTrainer:
 
     # -- validation ------------------------------------------------------------------
     def validate(self, step: int) -> dict[str, float]:
-        from ragen.agent.metrics import rollout_metrics
-
         tic = time.perf_counter()
         seeds = self.val_envs.validation_seeds(self.cfg.trainer.val_groups)
         result = self.rollout(
@@ -681,8 +672,6 @@ class StarPOTrainer:
         )
         out = {f"val/{k}": v for k, v in rollout_metrics(result.trajectories, 1).items()}
         if self.cfg.trainer.save_trajectories:
-            from .trajectory_log import episode_records
-
             records = episode_records(result.trajectories)
             self.logger.log_trajectories(step + 1, records, kind="val_step")
         out["timing/validation"] = time.perf_counter() - tic

@@ -21,11 +21,12 @@ import numpy as np
 import torch
 
 from ragen import algo
+from ragen.batching import TrainingBatch, padding_fraction
 from ragen.envs.base import derive_seed
+from ragen.models.finite import nonfinite_loss
 
 from . import advantages, forward, onepass
-from .batching import TrainingBatch, padding_fraction
-from .nonfinite import NonFiniteUpdate, nonfinite_loss
+from .nonfinite import NonFiniteUpdate
 from .phase_context import Micro, PhaseContext
 
 

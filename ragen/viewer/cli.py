@@ -6,6 +6,8 @@ import argparse
 import errno
 import functools
 import http.server
+import sys
+import time
 from pathlib import Path
 
 from ragen.cli_utils import check_out_dir, write_error
@@ -40,9 +42,6 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import sys
-    import time
-
     skipped: list[str] = []
 
     def skip(line: str) -> None:

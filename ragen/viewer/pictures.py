@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from ragen import envs
-from ragen.envs.rgb import png_bytes
-from ragen.envs.rgb import png_data_uri as data_uri
+from ragen.envs.visual import png_bytes
+from ragen.envs.visual import png_data_uri as data_uri
 
 __all__ = ["png_bytes", "data_uri", "grid_lines", "tile_palette"]
 

@@ -23,10 +23,12 @@ files are compressed (:mod:`ragen.viewer.data`); no file holds more than one ste
 from __future__ import annotations
 
 import html
+import multiprocessing
 import os
 import shutil
 import sys
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -229,8 +231,6 @@ def _map(fn: Callable, jobs: list) -> list:
     workers = min(4, os.cpu_count() or 1, len(jobs) // 8)
     if workers < 2:
         return [fn(j) for j in jobs]
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
 
     ctx = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
     with ProcessPoolExecutor(workers, mp_context=ctx) as pool:

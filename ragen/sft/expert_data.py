@@ -1,0 +1,99 @@
+"""Expert data for SFT: the solver's episodes, tokenized as the RL rollout tokenizes them.
+
+The episodes are oracle rollouts (with ``epsilon`` noise; DAgger-style relabelling with
+``labels="expert"``) played by the same rollout and context machinery as RL, so every
+sample's loss mask is exactly its assistant tokens. They come from training states that
+no RL step reaches (:data:`SFT_SEED_STEP`), a held-out slice of other training states
+(:data:`SFT_HELDOUT_STEP`), or, to probe a model, the validation states.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ragen.agent.env_manager import EnvStateManager
+from ragen.agent.policies import OraclePolicy, RelabeledPolicy
+from ragen.agent.rollout import run_rollout
+from ragen.agent.trajectory import Trajectory
+from ragen.errors import UsageError
+
+from .config import SFTConfig
+
+SFT_SEED_STEP = 10_000_000  # the training-seed step SFT's expert episodes start from
+SFT_HELDOUT_STEP = 10_000_001  # ... and the step of the held-out slice (never trained on)
+
+
+def make_expert_data(
+    tokenizer, cfg: SFTConfig, split: str = "train", behavior=None
+) -> list[Trajectory]:
+    """Oracle rollouts (with ``epsilon`` noise) as token-exact samples, on training states
+    (``split="train"``, what SFT trains on), on other training states kept apart from
+    them (``split="heldout"``: the slice that measures fit, ``cfg.heldout_episodes``
+    episodes) or on the held-out validation states (``split="validation"``: expert
+    answers to probe a model on states it never saw; never train on these).
+
+    With ``cfg.labels == "expert"`` every target is the solver's move in the state the
+    episode is in (:class:`~ragen.agent.policies.RelabeledPolicy`): the noisy expert, or
+    ``behavior`` (a :class:`~ragen.agent.policies.Policy`, e.g. the learner: DAgger),
+    picks the moves that run; turns the solver cannot answer are dropped.
+    """
+    if split not in ("train", "heldout", "validation"):
+        raise UsageError(f"split must be train, heldout or validation, got {split!r}")
+    cfg.validate()
+
+    episodes = cfg.heldout_episodes if split == "heldout" else cfg.episodes
+    if episodes < 1:
+        raise UsageError(f"no {split} episodes to make (heldout_episodes={episodes})")
+    manager = EnvStateManager(
+        cfg.env, dict(cfg.env_config), env_groups=episodes, group_size=1, seed=cfg.seed
+    )
+    relabel = cfg.labels == "expert" and (cfg.epsilon > 0 or behavior is not None)
+    if behavior is not None and not relabel:
+        raise UsageError("a behavior policy needs labels=expert (its moves are not targets)")
+    policy = OraclePolicy(
+        actions_per_turn=cfg.actions_per_turn,
+        epsilon=0.0 if relabel else cfg.epsilon,
+        seed=cfg.seed,
+        tokenizer=tokenizer,
+    )
+    if relabel:
+        if behavior is None:
+            behavior = OraclePolicy(cfg.actions_per_turn, cfg.epsilon, seed=cfg.seed + 1)
+        policy = RelabeledPolicy(label=policy, behavior=behavior)
+    # SFT episodes are training states (never validation states), drawn as steps that
+    # no RL run reaches
+    if split == "train":
+        seeds = manager.seeds_for_step(SFT_SEED_STEP)
+    elif split == "heldout":
+        seeds = manager.seeds_for_step(SFT_HELDOUT_STEP)
+    else:
+        seeds = manager.validation_seeds(episodes)
+    result = run_rollout(policy, manager, replace(cfg.rollout, seed=cfg.seed), seeds)
+    data = [t for t in result.trajectories if t.num_response_tokens > 0]
+    if relabel:  # drop the turns the solver had no answer for (their reply is random)
+        data = [t for t in data if _expert_labelled(t)]
+    if cfg.only_successful:
+        data = [t for t in data if t.success]
+    if not data:
+        raise UsageError(
+            f"no expert trajectories for env {cfg.env!r}: the expert solved none of "
+            f"{cfg.episodes} episodes. Fix: only_successful=false, or a lower epsilon"
+        )
+    return data
+
+
+def auxiliary_config(cfg: SFTConfig) -> SFTConfig:
+    """The config of the auxiliary data: ``cfg`` with the auxiliary reply format, its own
+    episode count and other training states (a seed no other data uses)."""
+    rollout = replace(cfg.rollout, reasoning=cfg.aux_reasoning)
+    return replace(
+        cfg, rollout=rollout, episodes=cfg.aux_episodes, seed=cfg.seed + 7919,
+        aux_reasoning=None, aux_episodes=0, heldout_episodes=0,
+    )  # fmt: skip
+
+
+def _expert_labelled(t: Trajectory) -> bool:
+    """Whether every reply in sample ``t`` is the solver's own answer to its state."""
+    windowed = t.reward_from_turn is not None  # one turn's reply per sample
+    turns = t.turns[t.turn_index : t.turn_index + 1] if windowed else t.turns
+    return all(turn.info.get("expert_label", True) for turn in turns)
