@@ -15,7 +15,13 @@ from experiments.report import demo, findings, grids, markers, sources, studies,
 from experiments.report.verdicts import rule_text
 
 #: the pages that hold generated blocks, relative to the repository root
-PAGES = ("README.md", "docs/RESULTS.md", "docs/FINDINGS.md", "experiments/findings/results.md")
+PAGES = (
+    "README.md",
+    "docs/RESULTS.md",
+    "docs/FINDINGS.md",
+    "experiments/findings/results.md",
+    "experiments/demo_seeds/results.md",
+)
 
 Renderer = Callable[[markers.Block, Path], str]
 
