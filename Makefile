@@ -17,8 +17,9 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install -q -c constraints.txt -e ".[dev,gym,textarena,scale,openenv,reasoning-gym,textworld]"
 	touch $(STAMP)
 
+# one pytest worker per core (pytest-xdist); each test keeps one torch thread (conftest)
 test: setup
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -n auto tests
 
 demo: setup
 	$(BIN)/python -m ragen.demo

@@ -7,7 +7,7 @@ import pytest
 
 import ragen.sft.trainer as sft_trainer
 import ragen.trainer.starpo as starpo
-from ragen.demo import BUDGETS, GRID_SFT, SOKOBAN_SFT, Demo, budget_from_args
+from ragen.demo import BUDGETS, FROZEN_LAKE_SFT, GRID_SFT, SOKOBAN_SFT, Demo, budget_from_args
 from ragen.sft.config import SFTConfig
 
 
@@ -45,6 +45,10 @@ def test_stage_sft_applies_the_envs_recipe_over_the_shared_fields(tmp_path, monk
     assert cfg.epochs == 2 and {**SOKOBAN_SFT, "epochs": 3} == {**GRID_SFT, "epochs": 3}
     demo.stage_sft("frozen_lake")
     assert seen["cfg"].epochs == 3 == BUDGETS["full"].sft_epochs
+    # ... or stops earlier, once the warm start solves 40% of its own SFT states
+    assert seen["cfg"].stop_at_success == 0.4 == FROZEN_LAKE_SFT["stop_at_success"]
+    assert seen["cfg"].success_check_every == 20 and seen["cfg"].success_check_episodes == 128
+    assert {k: v for k, v in FROZEN_LAKE_SFT.items() if k in GRID_SFT} == GRID_SFT
 
     demo.stage_sft("bandit")  # no recipe of its own: the shared fields
     cfg = seen["cfg"]
@@ -93,7 +97,7 @@ def test_full_budget_trains_frozen_lake_on_1024_episodes_a_step_without_a_critic
     assert cfg.algo.filter.value == 1.0 and not cfg.algo.dynamic_sampling.enabled
     # one optimizer step per training step: every turn of the 1,024 episodes
     assert cfg.algo.ppo_mini_batch_size >= 1024 * cfg.rollout.max_turns
-    assert cfg.model.actor_lr == 3e-4 and cfg.trainer.total_steps == 60
+    assert cfg.model.actor_lr == 5e-4 and cfg.trainer.total_steps == 60
 
 
 def test_stage_rl_takes_the_envs_own_algorithm_and_groups(rl_config_of):

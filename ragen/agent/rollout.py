@@ -42,6 +42,7 @@ from ragen.envs.base import StepResultError, check_step_result, derive_seed
 from ragen.envs.facts import format_facts
 from ragen.envs.visual import has_image_observations, png_data_uri
 from ragen.errors import ConfigError, EnvUnavailableError
+from ragen.progress import Progress
 
 from . import prompts
 from .context import TEMPLATE_STRATEGIES, ChatFormat, ContextManager, SampleIds
@@ -342,6 +343,7 @@ def run_rollout(
         )
 
     stats = {"generated_tokens": 0.0, "generation_seconds": 0.0, "generate_calls": 0.0}
+    turns = Progress("rollout", config.max_turns, "turn")
     for turn in range(config.max_turns):
         live, requests = [], []
         for ep in episodes:
@@ -384,6 +386,8 @@ def run_rollout(
             _record_turn(ep, env, request, out, reply, steps, config)
             if out.token_ids is not None:
                 stats["generated_tokens"] += reply.n_tokens
+        turns.advance()
+    turns.close()
     for ep in episodes:
         if not ep.done:  # still going after the last allowed turn
             _end_after_last_turn(ep, "turn_limit")

@@ -62,6 +62,7 @@ from dataclasses import dataclass
 
 from ragen.errors import ConfigError
 from ragen.models.kv_cache import cache_arg
+from ragen.progress import Progress
 
 from .base import Generation, SamplingParams
 from .draws import Draws
@@ -675,7 +676,9 @@ class HFEngine:
         window = 4 * max((len(s) for s in stops), default=0) + 2
         rows = torch.arange(batch, device=device)  # original row of each batch row
         alive = torch.ones(batch, dtype=torch.bool, device=device)  # per batch row
+        decoding = Progress(f"decoding {batch} replies", max_new, "token")
         for step in range(max_new):
+            decoding.advance()
             ids, logps = self._sample(logits, params, draws.uniform(rows, step))
             out.record(step, rows, alive, ids, logps)
             eos = alive & is_end[ids]
@@ -699,6 +702,7 @@ class HFEngine:
             attention, logits = self._decode_step(cache, attention, ids, next_position)
             self.stats.decode_steps += 1
             next_position = next_position + 1
+        decoding.close()
         if layers and keep_kv:
             self._keep_rows(new_store, layers, torch.ones_like(alive), rows, prompts, out, width)
             self._store = new_store

@@ -20,6 +20,7 @@ from ragen.agent.trajectory import Trajectory
 from ragen.batching import TrainingBatch
 from ragen.envs.base import derive_seed
 from ragen.models.vlm import is_processor
+from ragen.progress import Progress
 
 from . import forward
 from .phase_context import PhaseContext
@@ -60,7 +61,10 @@ def compute_old_log_probs(
     want_entropy = ctx.cfg.algo.pg_min_entropy > 0
     ent = torch.zeros_like(old) if want_entropy else None
     m.actor.eval()
-    for rows, mb in ctx.micro_batches(batch):
+    micros = ctx.micro_batches(batch)
+    progress = Progress("old log-probs", len(micros), "micro-batch")
+    for rows, mb in micros:
+        progress.advance()
         L = mb.input_ids.shape[1]
         with m.autocast:
             lp, h = forward.token_log_probs(
@@ -77,6 +81,7 @@ def compute_old_log_probs(
                 ent[rows, :L] = h
             if ref is not None:
                 ref[rows, :L] = _ref_log_probs(ctx, mb, temperature)
+    progress.close()
     batch.old_log_prob, batch.ref_log_prob, batch.old_entropy = old, ref, ent
     metrics.update(logprob_agreement(batch))
 
@@ -101,7 +106,10 @@ def compute_values(ctx: PhaseContext, batch: TrainingBatch) -> None:
     values = torch.zeros_like(batch.response_mask)
     final = torch.zeros(batch.size, device=values.device)
     m.critic.eval()
-    for rows, mb in ctx.micro_batches(batch):
+    micros = ctx.micro_batches(batch)
+    progress = Progress("values", len(micros), "micro-batch")
+    for rows, mb in micros:
+        progress.advance()
         with m.autocast:
             v, f = forward.token_values(
                 m.critic,
@@ -112,6 +120,7 @@ def compute_values(ctx: PhaseContext, batch: TrainingBatch) -> None:
             )
         values[rows, : mb.input_ids.shape[1]] = v
         final[rows] = f
+    progress.close()
     batch.values = values * batch.advantage_mask
     batch.final_values = final
 

@@ -40,6 +40,7 @@ from typing import Any
 
 import torch
 
+from ragen import progress
 from ragen.agent.env_manager import EnvStateManager
 from ragen.agent.metrics import rollout_metrics
 from ragen.agent.policies import ModelPolicy
@@ -287,7 +288,8 @@ class StarPOTrainer:
                     if self.signals.signum is not None:
                         break
                     try:
-                        metrics = self.train_step(step)
+                        with progress.labelled(f"step {step + 1}/{t.total_steps}"):
+                            metrics = self.train_step(step)
                     except StepAbandoned:
                         break
                     finally:
@@ -296,7 +298,8 @@ class StarPOTrainer:
                     # the wall-clock budget ends the run like its last step would
                     last = done == t.total_steps or self._out_of_time(started)
                     if t.val_every and (done % t.val_every == 0 or last):
-                        metrics.update(self.validate(step))
+                        with progress.labelled(f"step {done}/{t.total_steps} validation"):
+                            metrics.update(self.validate(step))
                     warnings = self.collapse_guard.observe(done, metrics)
                     self.logger.log(done, metrics)
                     history.append(metrics)

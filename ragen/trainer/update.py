@@ -24,6 +24,7 @@ from ragen import algo
 from ragen.batching import TrainingBatch, padding_fraction
 from ragen.envs.base import derive_seed
 from ragen.models.finite import nonfinite_loss
+from ragen.progress import Progress
 
 from . import advantages, forward, onepass
 from .nonfinite import NonFiniteUpdate
@@ -69,18 +70,26 @@ def ppo_update(
     pad_fracs = []
     critic_epochs = a.critic_epochs or a.ppo_epochs
     train_critic = ctx.models.critic is not None and critic_stats is None
-    for epoch in range(max(a.ppo_epochs, critic_epochs if train_critic else 0)):
+    epochs = max(a.ppo_epochs, critic_epochs if train_critic else 0)
+    minibatches = epochs * math.ceil(B / a.ppo_mini_batch_size)
+    progress = Progress("update", minibatches, "micro-batch")
+    for epoch in range(epochs):
         perm = minibatch_order(ctx, step, B, gen)
         for start in range(0, B, a.ppo_mini_batch_size):
             rows = perm[start : start + a.ppo_mini_batch_size]
             micros = ctx.micro_batches(batch, rows)
+            if epoch == 0 and start == 0:  # forward-backward passes of the whole update,
+                passes = (epoch < a.ppo_epochs and train_actor) + train_critic  # about
+                progress.total = max(1, minibatches * len(micros) * max(passes, 1))
             pad_fracs.append(padding_fraction(lengths, [ids for ids, _ in micros]))
             if train_actor and epoch < a.ppo_epochs:
-                for k, v in actor_minibatch(ctx, batch, rows, micros, old_from_update).items():
+                actor = actor_minibatch(ctx, batch, rows, micros, old_from_update, progress)
+                for k, v in actor.items():
                     sums[k].append(v)
             if train_critic and epoch < critic_epochs:
-                for k, v in critic_minibatch(ctx, batch, rows, micros).items():
+                for k, v in critic_minibatch(ctx, batch, rows, micros, progress=progress).items():
                     sums[k].append(v)
+    progress.close()
     out = {}
     for k, values in sums.items():
         if k.endswith("grad_norm"):
@@ -145,8 +154,10 @@ def actor_minibatch(
     rows: Sequence[int],
     micros: list[Micro],
     old_from_update: bool = False,
+    progress: Progress | None = None,
 ) -> dict[str, float]:
-    """One actor optimizer step on minibatch ``rows``, accumulated over ``micros``."""
+    """One actor optimizer step on minibatch ``rows``, accumulated over ``micros``
+    (``progress``: advanced once per micro-batch)."""
     a, m = ctx.cfg.algo, ctx.models
     temperature = ctx.cfg.rollout.temperature
     mode, norm = a.loss_agg_mode, ctx.loss_norm_constant
@@ -158,6 +169,8 @@ def actor_minibatch(
     if old_from_update and batch.old_log_prob is None:
         batch.old_log_prob = torch.zeros_like(batch.response_mask)
     for ids, mb in micros:
+        if progress is not None:
+            progress.advance()
         mask = mb.response_mask
         share = float(mask.sum()) / total_tokens  # this micro-batch's share of tokens
         with m.autocast:
@@ -214,6 +227,7 @@ def critic_minibatch(
     rows: Sequence[int],
     micros: list[Micro],
     targets=None,
+    progress: Progress | None = None,
 ) -> dict[str, float]:
     """One critic optimizer step on minibatch ``rows``: the value loss over the tokens
     the advantage recursion ran on (``advantage_mask``). ``targets``: called with each
@@ -227,6 +241,8 @@ def critic_minibatch(
     stats: dict[str, float] = defaultdict(float)
     nonfinite = ""
     for ids, mb in micros:
+        if progress is not None:
+            progress.advance()
         with m.autocast:
             vpreds, final = forward.token_values(
                 m.critic,
