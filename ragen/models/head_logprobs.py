@@ -59,6 +59,10 @@ class _HeadLogProbs(torch.autograd.Function):
                 mean_s[rs] = (p * s).sum(-1)
         ctx.save_for_backward(hidden, weight, bias, labels, lse, mean_s)
         ctx.temperature, ctx.with_entropy, ctx.chunk_rows = temperature, with_entropy, chunk_rows
+        # the backward runs outside autocast: remember the forward's matmul dtype so that
+        # the backward's three matmuls per chunk run in it too, as autocast's own
+        # backward of a bf16 linear layer would (float32 there: 4x slower on a bf16 CPU)
+        ctx.matmul_dtype = _autocast_dtype(hidden.device) or weight.dtype
         entropy = lse - mean_s if with_entropy else torch.zeros_like(logp)
         return logp, entropy
 
@@ -67,6 +71,8 @@ class _HeadLogProbs(torch.autograd.Function):
     def backward(ctx, grad_logp: Tensor, grad_entropy: Tensor):
         hidden, weight, bias, labels, lse, mean_s = ctx.saved_tensors
         T, rows = ctx.temperature, hidden.shape[0]
+        low = ctx.matmul_dtype
+        w_low = weight.to(low)  # one cast of the head for all chunks
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
         grad_h = torch.empty_like(hidden) if need_h else None
         grad_w = (
@@ -75,17 +81,19 @@ class _HeadLogProbs(torch.autograd.Function):
         grad_b = torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device) if need_b else None  # fmt: skip
         for start in range(0, rows, ctx.chunk_rows):
             rs = slice(start, min(start + ctx.chunk_rows, rows))
-            s = _tempered(hidden[rs], weight, bias, T)
+            h_low = hidden[rs].to(low)
+            s = _tempered(h_low, w_low, bias, T)
             p = torch.exp(s - lse[rs, None])
             g = grad_logp[rs, None].float()
             ds = (-g * p).scatter_add(-1, labels[rs, None], g)  # d logp / ds, weighted
             if ctx.with_entropy and grad_entropy is not None:
                 ds -= grad_entropy[rs, None].float() * p * (s - mean_s[rs, None])
             ds /= T  # through s = z / T
+            ds_low = ds.to(low)
             if need_h:
-                grad_h[rs] = (ds.to(weight.dtype) @ weight).to(hidden.dtype)
-            if need_w:
-                grad_w += ds.T @ hidden[rs].float()
+                grad_h[rs] = (ds_low @ w_low).to(hidden.dtype)
+            if need_w:  # accumulated in float32 whatever the matmul's dtype
+                grad_w += (ds_low.T @ h_low).float()
             if need_b:
                 grad_b += ds.sum(0)
         return (
@@ -97,6 +105,15 @@ class _HeadLogProbs(torch.autograd.Function):
             None,
             None,
         )
+
+
+def _autocast_dtype(device: torch.device) -> torch.dtype | None:
+    """The dtype autocast gives matmuls on ``device`` now (bf16 under ``cpu_autocast``),
+    or None outside autocast."""
+    kind = device.type
+    if kind in ("cpu", "cuda") and torch.is_autocast_enabled(kind):
+        return torch.get_autocast_dtype(kind)
+    return None
 
 
 def _tempered(hidden: Tensor, weight: Tensor, bias: Tensor | None, temperature: float) -> Tensor:
