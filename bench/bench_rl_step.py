@@ -13,7 +13,7 @@ old, new, ...; the ratio is of the medians, and of each old/new pair)::
         --groups 64 --group-size 4 --old /tmp/ragen-old --rounds 3
 
 What runs: :class:`ragen.trainer.starpo.StarPOTrainer` with the demo's FrozenLake
-overrides (``ragen.demo.rollout_overrides`` and ``Demo.stage_rl``: StarPO-S, the
+overrides (``ragen.recipes.rollout_overrides`` and ``Demo.stage_rl``: StarPO-S, the
 ``model=tiny`` preset, ``rollout.context_window=0``, one action per turn, up to 10
 turns, compact prompts, the demo's reply format, one optimizer step per training step)
 at ``--groups x --group-size`` episodes per update, from the warm start ``--model``.
@@ -69,7 +69,10 @@ def demo_overrides(args, run_dir: str) -> list[str]:
     """``ragen train`` overrides of the demo's RL stage for ``args.env`` (Demo.stage_rl),
     at ``args.groups x args.group_size`` episodes per update."""
 
-    from ragen.demo import BUDGETS, ENV_SHAPE, rollout_overrides
+    try:
+        from ragen.recipes import BUDGETS, ENV_SHAPE, rollout_overrides
+    except ImportError:  # an old tree (--old), from before the recipes left the demo
+        from ragen.demo import BUDGETS, ENV_SHAPE, rollout_overrides
 
     # the demo's budget before the grids got their own recipes ("full" in trees that
     # predate the split)

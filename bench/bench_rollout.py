@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.demo:
         import dataclasses
 
-        from ragen.demo import BUDGETS, ENV_SHAPE
+        from ragen.recipes import BUDGETS, ENV_SHAPE
 
         budget = BUDGETS["classic"]
         shape = ENV_SHAPE[args.env].rollout(budget, args.env)

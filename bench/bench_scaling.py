@@ -83,7 +83,6 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     from ragen.agent.rollout import run_rollout
-    from ragen.demo import Budget, rollout_overrides
     from ragen.distributed.data_parallel import DataParallelUpdater
     from ragen.distributed.rollout_workers import (
         EnvSpec,
@@ -93,6 +92,7 @@ def main(argv: list[str] | None = None) -> None:
         state_to_push,
     )
     from ragen.envs.base import derive_seed
+    from ragen.recipes import Budget, rollout_overrides
     from ragen.trainer.config import load_config
     from ragen.trainer.starpo import StarPOTrainer
 

@@ -34,7 +34,7 @@ from ragen.sft.expert_data import auxiliary_config, make_expert_data
 
 def _data(tokenizer, episodes: int):
     """Sokoban's demo SFT samples: solver moves + the auxiliary grounding reply."""
-    from ragen.demo import BUDGETS, ENV_SHAPE, GRID_SFT
+    from ragen.recipes import BUDGETS, ENV_SHAPE, GRID_SFT
 
     budget = BUDGETS["full"]
     cfg = SFTConfig(

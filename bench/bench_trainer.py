@@ -101,7 +101,7 @@ def _rollout_config(args):
     from ragen.agent.rollout import RolloutConfig
 
     if args.demo:
-        from ragen.demo import BUDGETS, ENV_SHAPE
+        from ragen.recipes import BUDGETS, ENV_SHAPE
 
         return ENV_SHAPE[args.env].rollout(BUDGETS["classic"], args.env)
     return RolloutConfig(max_turns=5, max_new_tokens=48, prompt_style=args.prompt_style)
@@ -119,7 +119,7 @@ def run_sft(args, bf16: bool) -> None:
     tok = build_tokenizer("chatml")
     demo = {}
     if args.demo:
-        from ragen.demo import BUDGETS, ENV_SHAPE
+        from ragen.recipes import BUDGETS, ENV_SHAPE
 
         budget = BUDGETS["classic"]
         demo = dict(
@@ -155,7 +155,7 @@ def run_sft(args, bf16: bool) -> None:
 
 def run(args, bf16_cpu: bool) -> None:
 
-    from ragen.demo import BUDGETS, rollout_overrides
+    from ragen.recipes import BUDGETS, rollout_overrides
     from ragen.trainer.config import load_config
     from ragen.trainer.starpo import StarPOTrainer
 

@@ -4,7 +4,7 @@ pipeline on a shared warm start, held-out evaluation, and the tables' number for
 A study is a folder ``experiments/<name>/`` with ``run.py`` (``python -m
 experiments.<name>.run``), its ``config.yaml`` and its ``results.md``. The config holds
 the defaults of the script's options, by their long names (``seeds: [0, 1, 2]`` for
-``--seeds``), and under ``budget:`` the demo's work per stage (``ragen.demo.Budget``:
+``--seeds``), and under ``budget:`` the demo's work per stage (``ragen.recipes.Budget``:
 ``preset: classic`` (the default), ``full`` or ``toy``, then any of its fields; a
 per-env field merges over the preset's). The command line overrides the config; ``--config toy`` picks
 ``<study>/toy.yaml``, ``--config PATH`` any file.
@@ -25,9 +25,10 @@ from typing import Any
 import yaml
 
 from ragen.agent.evaluate import evaluate, run_evaluation
-from ragen.demo import BUDGETS, ENV_SHAPE, Budget, Demo
+from ragen.demo import Demo
 from ragen.envs.facts import OBSERVATION_FORMATS
 from ragen.errors import ConfigError, RagenError, check_choice
+from ragen.recipes import BUDGETS, ENV_SHAPE, Budget
 from ragen.run_layout import CHECKPOINTS, checkpoint_dirs
 
 __all__ = [
@@ -77,7 +78,7 @@ EVAL_KEYS = (
 # -- configs ----------------------------------------------------------------------------
 def load_budget(section: dict[str, Any] | None, presets: dict[str, Any] | None = None) -> Any:
     """A ``budget:`` section -> a budget: ``preset`` (of ``presets``, by default the
-    demo's :data:`~ragen.demo.BUDGETS`: ``classic``, the demo the earlier studies
+    demo's :data:`~ragen.recipes.BUDGETS`: ``classic``, the demo the earlier studies
     measured, and the default; ``full``, what ``make demo`` runs; ``toy``, a smoke run)
     with the other keys' fields replaced; a per-env field (``sft_episodes: {sokoban:
     8192}``) merges over the preset's."""
@@ -123,7 +124,7 @@ def parse_study_args(
 
     ``study_file``: the script's ``__file__``. A study whose config has a ``budget:``
     section gets ``args.budget``, one of ``budgets`` (default: the demo's
-    :class:`~ragen.demo.Budget` presets) with the section's changes. A config key that
+    :class:`~ragen.recipes.Budget` presets) with the section's changes. A config key that
     is no option of the script is a one-line :class:`~ragen.errors.ConfigError`.
     """
     study = Path(study_file).resolve().parent
@@ -443,7 +444,7 @@ def play_heldout(
     with the demo's rollout settings in reply format ``fmt``. The same arguments give
     the same states and samples for every model. ``batch_groups``: episodes per
     generate call; ``dtype``: the model's (None: ``load_policy``'s default, bf16 on a
-    CUDA device); ``budget``: the :class:`~ragen.demo.Budget` whose rollout settings
+    CUDA device); ``budget``: the :class:`~ragen.recipes.Budget` whose rollout settings
     apply (default: ``classic``, the budget the earlier studies measured)."""
     budget = (budget or BUDGETS["classic"]).playing(fmt)
     shape = ENV_SHAPE[env]

@@ -85,7 +85,7 @@ def test_worker_output_is_tagged_with_its_env_once_per_line():
 
 _ORPHAN_SCRIPT = """
 import multiprocessing, os, sys, time
-from ragen.demo import exit_with_parent
+from ragen.parent_watch import exit_with_parent
 
 def child(parent):
     exit_with_parent(parent, every_s=0.05)

@@ -7,7 +7,8 @@ import pytest
 
 import ragen.sft.trainer as sft_trainer
 import ragen.trainer.starpo as starpo
-from ragen.demo import BUDGETS, FROZEN_LAKE_SFT, GRID_SFT, SOKOBAN_SFT, Demo, budget_from_args
+from ragen.demo import Demo, budget_from_args
+from ragen.recipes import BUDGETS, FROZEN_LAKE_SFT, GRID_SFT, SOKOBAN_SFT
 from ragen.sft.config import SFTConfig
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from experiments.common import load_budget, parse_study_args
-from ragen.demo import BUDGETS
 from ragen.errors import ConfigError
+from ragen.recipes import BUDGETS
 
 ROOT = Path(__file__).resolve().parent.parent
 STUDIES = sorted(

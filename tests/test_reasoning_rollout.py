@@ -199,8 +199,9 @@ def test_training_logs_the_three_reasoning_rewards(tiny_model_dir, tmp_path):
 def test_demo_budget_applies_the_format_to_the_grids_only():
     import argparse
 
-    from ragen.demo import BUDGETS, budget_from_args, rollout_overrides
+    from ragen.demo import budget_from_args
     from ragen.errors import UsageError
+    from ragen.recipes import BUDGETS, rollout_overrides
 
     args = argparse.Namespace(
         budget="full",

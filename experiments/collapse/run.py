@@ -32,7 +32,8 @@ import statistics
 from pathlib import Path
 
 from experiments.common import cli, parse_study_args
-from ragen.demo import Demo, rollout_overrides
+from ragen.demo import Demo
+from ragen.recipes import rollout_overrides
 from ragen.trainer.collapse import SIGNALS, CollapseConfig, replay
 from ragen.trainer.config import load_config
 from ragen.trainer.metrics_logger import read_events, read_metrics

@@ -18,7 +18,8 @@ import statistics
 from pathlib import Path
 
 from experiments.common import cli, parse_study_args
-from ragen.demo import ENV_SHAPE, Demo, rollout_overrides
+from ragen.demo import Demo
+from ragen.recipes import ENV_SHAPE, rollout_overrides
 from ragen.trainer.config import load_config
 from ragen.trainer.metrics_logger import read_metrics
 from ragen.trainer.starpo import StarPOTrainer

@@ -107,7 +107,7 @@ def _in_processes(fn, tasks: dict[str, tuple], jobs: int) -> None:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    from ragen.demo import exit_with_parent
+    from ragen.parent_watch import exit_with_parent
 
     if not tasks:
         return

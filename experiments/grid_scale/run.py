@@ -71,8 +71,9 @@ from experiments.common import (
     variant_budget,
     warm_start_budget,
 )
-from ragen.demo import Budget, exit_with_parent
 from ragen.models.tiny import create_tiny
+from ragen.parent_watch import exit_with_parent
+from ragen.recipes import Budget
 
 FORMAT = "free_think"  # the demo's reply format
 

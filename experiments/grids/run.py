@@ -325,7 +325,7 @@ def _logger(env: str, seed: int):
 
 
 def _worker(fn, parent: int, *args):
-    from ragen.demo import exit_with_parent
+    from ragen.parent_watch import exit_with_parent
 
     exit_with_parent(parent)
     return fn(*args)

@@ -22,8 +22,8 @@ import json
 from pathlib import Path
 
 from experiments.common import cli, play_heldout
-from ragen.demo import BUDGETS
 from ragen.envs.facts import OBSERVATION_FORMATS
+from ragen.recipes import BUDGETS
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -56,7 +56,7 @@ def room_spread(rates) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
 
     from ragen.agent.env_manager import EnvStateManager
-    from ragen.demo import BUDGETS, ENV_SHAPE
+    from ragen.recipes import BUDGETS, ENV_SHAPE
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--warm", required=True, help="the warm start (an HF model folder)")

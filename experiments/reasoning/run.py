@@ -55,8 +55,9 @@ from experiments.common import (
 from ragen.agent.reasoning import REASONING_FORMATS
 from ragen.agent.reasoning_rewards import REASONING_REWARDS
 from ragen.agent.rollout import format_rewards
-from ragen.demo import ENV_SHAPE, Budget, exit_with_parent
 from ragen.models.tiny import create_tiny
+from ragen.parent_watch import exit_with_parent
+from ragen.recipes import ENV_SHAPE, Budget
 
 VARIANTS = ("outcome", "reasoning")
 SUCCESS_REWARD = {"frozen_lake": 1.0, "sokoban": 10.0}  # the envs' reward for solving

@@ -49,8 +49,9 @@ from experiments.common import (
     rl_from_warm_start,
     variant_budget,
 )
-from ragen.demo import Budget, exit_with_parent
 from ragen.errors import ConfigError
+from ragen.parent_watch import exit_with_parent
+from ragen.recipes import Budget
 
 
 def run_job(

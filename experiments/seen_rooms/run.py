@@ -72,7 +72,7 @@ def success_on(model: str, env_name: str, seeds: list[int], seed: int, rollout) 
 
 
 def main(argv: list[str] | None = None) -> None:
-    from ragen.demo import BUDGETS, ENV_SHAPE
+    from ragen.recipes import BUDGETS, ENV_SHAPE
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--run", required=True, help="a demo run folder")

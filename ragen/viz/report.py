@@ -63,7 +63,7 @@ def plot_runs(runs: dict[str, Path], out_png: Path, keys=CURVES) -> Path:
 
 
 #: the demo's policies, in table order (results.json keys); the RL column names no
-#: algorithm: each env trains with its own (``ragen.demo.Budget.algo``)
+#: algorithm: each env trains with its own (``ragen.recipes.Budget.algo``)
 DEMO_COLUMNS = ("random", "warm start (SFT)", "after RL", "oracle")
 #: the RL column's key in results written before envs had their own algorithm
 LEGACY_KEYS = {"after RL (StarPO-S)": "after RL"}
