@@ -21,9 +21,12 @@ import argparse
 import dataclasses
 import io
 import json
+import multiprocessing
 import os
+import shutil
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -178,8 +181,6 @@ class Demo:
         return turns * (episodes * sft.get("epochs", b.sft_epochs) + rl)
 
     def stage_rl(self, env: str) -> None:
-        import shutil
-
         # deferred: the trainer imports torch, which `ragen --help` need not wait for
         from ragen.trainer.config import load_config
         from ragen.trainer.starpo import StarPOTrainer
@@ -311,8 +312,6 @@ class Demo:
         self.log(f"demo done ({time.perf_counter() - tic:.0f}s elapsed)")
 
     def _run_envs_in_processes(self, stages: list[str], jobs: int) -> None:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
 
         jobs = min(jobs, len(self.envs))
         threads = max(1, (os.cpu_count() or 1) // jobs)

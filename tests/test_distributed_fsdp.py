@@ -33,11 +33,11 @@ def sharded(local_ray, tiny_model_dir, tmp_path_factory):
     references = {}
     for mode, minibatch in CASES:
         trainer.cfg.algo.loss_agg_mode, trainer.cfg.algo.ppo_mini_batch_size = mode, minibatch
-        restore(trainer.actor, trainer.critic, trainer._optimizers(), start)
+        restore(trainer.actor, trainer.critic, trainer.optimizers(), start)
         with preclip_grads() as grads:
             metrics = trainer.update(batch, 0)
         references[mode, minibatch] = (metrics, grads, state_of(trainer))
-    restore(trainer.actor, trainer.critic, trainer._optimizers(), start)
+    restore(trainer.actor, trainer.critic, trainer.optimizers(), start)
     whole_before = sum(p.numel() * p.element_size() for p in trainer.actor.parameters())
     updater = DataParallelUpdater(
         local_ray, trainer, 2, {"num_cpus": 1.0, "num_gpus": 0.0}, sharded=True

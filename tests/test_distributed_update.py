@@ -30,7 +30,7 @@ def setup(local_ray, tiny_model_dir, tmp_path_factory):
 
 
 def _restore(trainer, state):
-    restore(trainer.actor, trainer.critic, trainer._optimizers(), state)
+    restore(trainer.actor, trainer.critic, trainer.optimizers(), state)
 
 
 def _update(run):

@@ -1,3 +1,5 @@
+# Over 600 lines: one generate call's state (the left-padded batch, the preallocated K/V
+# buffers, the per-row prefix store, the stop-string checks) is shared by every part here.
 """Batched generation with a local transformers model: sampled ids + their log-probs.
 
     engine = HFEngine(model, tokenizer)            # the model is shared, never copied

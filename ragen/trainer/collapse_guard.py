@@ -30,7 +30,7 @@ from typing import Any
 
 from .checkpoint import step_of
 from .collapse import CollapseDetector, CollapseWarning
-from .config import apply_rollback_change, to_yaml
+from .config import apply_rollback_change
 from .metrics_logger import move_logs_after, read_metrics
 
 
@@ -105,28 +105,18 @@ class CollapseGuard:
             return None  # type: ignore[return-value]
         path = before[-1]
         restored = step_of(path)
-        tr.logger.close()
-        # the run's own checkpoint: no config comparison (an earlier rollback may have
-        # changed the learning rate the checkpoint was saved with)
-        # whole_state: sharded ranks (trainer.train_sharding=fsdp) take the loaded state back
-        with tr.phases().whole_state(load=True) as (actor, critic, optimizers):
-            tr.checkpoints.load(
-                path,
-                actor=actor,
-                critic=critic,
-                optimizers=optimizers,
-                schedulers=tr._schedulers(),
-            )
-        if any(step_of(p) > restored for p in tr.checkpoints.list()):
-            tr._supersede_after(restored)  # later checkpoints and their logs, kept aside
+        later = any(step_of(p) > restored for p in tr.checkpoints.list())
+        tr.logger.close()  # before its files move; reopened on the logs that are kept
+        tr.restore(path)
+        if later:
+            tr.supersede_after(restored)  # later checkpoints and their logs, kept aside
         else:
             # no later checkpoint to move, but keep the abandoned steps' logs for reading
             dest = tr.run_dir / "superseded" / f"rollback{self.rollbacks + 1}_step{step}"
             move_logs_after(tr.run_dir, restored, dest)
         new_cfg, changed = apply_rollback_change(tr.cfg, list(t.rollback_change))
         self._apply(new_cfg, changed)
-        (tr.run_dir / "config.yaml").write_text(to_yaml(tr.cfg))
-        tr.logger = tr._open_logger(restored)
+        tr.reopen_logger(restored)
         self.rollbacks += 1
         for w in warnings:
             self._event(w, "rollback", restored_step=restored, change=changed)
@@ -143,10 +133,8 @@ class CollapseGuard:
             change=changed,
             signals=[w.signal for w in warnings],
             # the rates the optimizers hold now: what the change did, read back
-            lr={name: opt.param_groups[0]["lr"] for name, opt in tr._optimizers().items()},
+            lr={name: opt.param_groups[0]["lr"] for name, opt in tr.optimizers().items()},
         )
-        tr._saved_step = restored
-        tr._trained_since_save = False
         # re-warm the detector on the steps that are kept, so peaks stay what they were
         kept = [(s, m) for s, m in self._seen if s <= restored]
         self.detector.reset()
@@ -163,8 +151,8 @@ class CollapseGuard:
             if key not in changed:
                 continue
             old, new = changed[key]
-            opt = tr._optimizers().get(opt_name)
-            sched = tr._schedulers().get(opt_name)
+            opt = tr.optimizers().get(opt_name)
+            sched = tr.schedulers().get(opt_name)
             if opt is None:
                 continue
             # Scale from the base rate the optimizer holds now, not from ``old``: the
@@ -180,5 +168,4 @@ class CollapseGuard:
                     group["initial_lr"] = new
             if sched is not None and hasattr(sched, "base_lrs"):
                 sched.base_lrs = [new for _ in sched.base_lrs]
-        tr.cfg = new_cfg
-        tr.rollout_cfg = new_cfg.rollout
+        tr.change_config(new_cfg)

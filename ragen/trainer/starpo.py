@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import shlex
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -47,23 +46,23 @@ from ragen.agent.policies import ModelPolicy
 from ragen.agent.rollout import run_rollout
 from ragen.agent.trajectory import Trajectory
 from ragen.batching import TrainingBatch
-from ragen.disk_space import SMALL_FILES, adam_state_bytes, require_free, state_bytes
 from ragen.engines.hf_vlm import engine_for
 from ragen.envs.base import derive_seed
 from ragen.envs.registry import slug
-from ragen.errors import ConfigError, DiskFullError, EnvUnavailableError
+from ragen.errors import ConfigError, EnvUnavailableError
 
 from . import advantages, onepass, rollout_phase, run_checkpoints, scoring, update
 from .checkpoint import CheckpointManager
 from .collapse_guard import CollapseGuard
-from .config import TrainConfig, to_dict, to_yaml
+from .config import TrainConfig, to_yaml
 from .dynamic_sampling import Curriculum
 from .forward import token_log_probs, token_values
-from .metrics_logger import MetricsLogger
 from .models import TrainModels, build_models, seed_everything
-from .nonfinite import NonFiniteUpdate, stop_error
+from .nonfinite import NonFiniteUpdate
+from .phase_clock import PhaseClock
 from .phase_context import PhaseContext
 from .run_lock import RunLock, unwritable_error
+from .run_state import RunState
 from .scoring import logprob_agreement
 from .signals import StepAbandoned, StopSignals, TrainingInterrupted
 from .trajectory_log import episode_records, should_log, turn_advantages
@@ -83,7 +82,7 @@ def _model_attr(name: str) -> property:
     return property(lambda self: getattr(self.models, name), doc=f"``self.models.{name}``")
 
 
-class StarPOTrainer:
+class StarPOTrainer(RunState):
     """Multi-turn PPO/GRPO/TRICO trainer. ``StarPOTrainer(cfg).train()`` runs a whole job.
 
     ``scale_out``: called with the trainer once it is built, returns what runs rollouts
@@ -127,6 +126,8 @@ class StarPOTrainer:
         self.signals = StopSignals()  # Ctrl-C / SIGTERM, see ragen.trainer.signals
         self._skip_reason = ""
         self._step_trained = False  # whether the last train_step() ran an update
+        # whether this step's update forward gives its old log-probs (ragen.trainer.onepass)
+        self._old_from_update = False
         # (batch, step) of the last fresh rollout, trained on again (trainer.rollout_reuse)
         self._reused: tuple[TrainingBatch, int] | None = None
         seed_everything(t.seed)
@@ -166,23 +167,6 @@ class StarPOTrainer:
         self.logger = self._open_logger(self.start_step)
 
         self.collapse_guard = CollapseGuard(self)  # echo-trap warnings, trainer.on_collapse
-
-    def _open_logger(self, start_step: int):
-        t = self.cfg.trainer
-        wandb = (
-            {"project": t.wandb_project, "mode": t.wandb_mode, "name": self.run_name}
-            if t.wandb
-            else None
-        )
-        return MetricsLogger(
-            self.run_dir,
-            t.total_steps,
-            console=t.console,
-            tensorboard=t.tensorboard,
-            wandb=wandb,
-            config=to_dict(self.cfg),
-            start_step=start_step,
-        )
 
     def _build_envs(self) -> None:
         c, r = self.cfg, self.cfg.rollout
@@ -226,21 +210,12 @@ class StarPOTrainer:
             if self.curriculum is not None:
                 self.train_envs.max_difficulty = self.curriculum.max_difficulty
             print(f"resumed from {path} at step {step}")
-            self._supersede_after(step)
+            self.supersede_after(step)
         return step
-
-    def _supersede_after(self, step: int) -> None:
-        run_checkpoints.supersede_after(self.checkpoints, step)
 
     def context(self) -> PhaseContext:
         """What this process's model phases read (one process: the no-op sync hook)."""
         return PhaseContext(self.cfg, self.models)
-
-    def _optimizers(self) -> dict[str, Any]:
-        return self.models.optimizers()
-
-    def _schedulers(self) -> dict[str, Any]:
-        return self.models.schedulers()
 
     # -- the loop --------------------------------------------------------------------
     def train(self) -> list[dict[str, float]]:
@@ -355,101 +330,6 @@ class StarPOTrainer:
         if getattr(self, "run_lock", None) is not None:  # a rank replica holds none
             self.run_lock.release()
 
-    def _save_if_trained(self, step: int) -> None:
-        """Save ``step`` unless no step since the last checkpoint (or the start) trained
-        anything: such a checkpoint would hold the same weights under a later step."""
-        if not self._trained_since_save:
-            since = f"step {self._saved_step}" if self._saved_step else "the start"
-            self.logger.print(
-                f"step {step}: no checkpoint written: no step since {since} trained anything"
-            )
-            return
-        self.save_checkpoint(step)
-
-    def _save_on_stop(self, done: int) -> str:
-        """After a signal: save the last completed step if needed; say what is on disk."""
-        name = self.signals.name
-        if done > self._saved_step and self._trained_since_save:
-            path = self.save_checkpoint(done)
-            return f"{name}: stopped after step {done}; saved {path}."
-        if self._saved_step:
-            return (
-                f"{name}: stopped after step {done}; checkpoint "
-                f"{self.checkpoints.path_for(self._saved_step)} holds its weights."
-            )
-        return f"{name}: stopped after step {done}; no step trained anything, nothing to save."
-
-    def _stopped_by_error(self, err: Exception, done: int) -> Exception:
-        """``err`` (a one-line user error that ends the run after step ``done``) with what
-        is on disk and the command that resumes: the steps trained since the last
-        checkpoint are saved first, never dropped (issue 55)."""
-        if self._trained_since_save and done > self._saved_step:
-            try:
-                note = f"Saved step {done} to {self.save_checkpoint(done)}."
-            except DiskFullError as failed:
-                return failed  # its message says what is intact and how to resume
-        elif self._saved_step:
-            note = f"Checkpoint {self.checkpoints.path_for(self._saved_step)} holds the weights."
-        else:
-            return err  # nothing trained: nothing to resume
-        return type(err)(f"{str(err).rstrip('.')}. {note} {self.resume_hint()}")
-
-    def resume_hint(self) -> str:
-        """The exact command that continues this run from its newest checkpoint."""
-        if self.argv is None:
-            return "To resume, rerun the same command with trainer.resume=auto."
-        args = [a for a in self.argv if not a.startswith("trainer.resume=")]
-        command = shlex.join(["ragen", "train", *args, "trainer.resume=auto"])
-        return f"To resume: {command}"
-
-    def _stalled_error(self, skipped: int, metrics: dict[str, float]) -> ConfigError:
-        """The one-line error after ``skipped`` consecutive steps that trained nothing."""
-        return rollout_phase.stalled_error(self.cfg, skipped, metrics, self._skip_reason)
-
-    def _nonfinite_error(self, step: int, batch: TrainingBatch, what: str, metrics) -> Exception:
-        """Save step ``step + 1``'s batch for inspection; the one-line error that stops the
-        run (``ragen.trainer.nonfinite``)."""
-        saved = getattr(self, "_saved_step", 0)
-        last = self.checkpoints.path_for(saved) if saved else None
-        tensors = {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)}
-        return stop_error(
-            self.cfg, self.run_dir, step, tensors, what, metrics, last, self.resume_hint()
-        )
-
-    def _require_room_for_a_checkpoint(self) -> None:
-        """Stop with :class:`~ragen.errors.DiskFullError` when the run folder's disk cannot
-        hold one checkpoint: the weights of every trained model plus Adam's two float32
-        moments per trainable parameter (``ragen.disk_space``)."""
-        needed = SMALL_FILES
-        for model in (self.models.actor, self.models.critic):
-            if model is not None:
-                needed += state_bytes(model) + adam_state_bytes(model)
-        every = self.cfg.trainer.save_every
-        require_free(
-            self.checkpoints.root,
-            needed,
-            f"one checkpoint (trainer.save_every={every}"
-            + ("; 0 still saves the last step" if not every else "")
-            + ")",
-            "free space on that disk, or point trainer.run_dir at a disk with room",
-        )
-
-    def save_checkpoint(self, step: int) -> Path:
-        """Save ``step``; signals arriving meanwhile wait until the checkpoint is complete."""
-        with self.signals.saving():
-            try:
-                path = self._write_checkpoint(step)
-            except DiskFullError as err:  # the message gains the command that resumes
-                raise DiskFullError(f"{err}. {self.resume_hint()}") from None
-        self._saved_step = step
-        self._trained_since_save = False
-        return path
-
-    def _write_checkpoint(self, step: int) -> Path:
-        return run_checkpoints.save(
-            self.checkpoints, step, self.phases(), self.models, self.cfg, self.curriculum
-        )
-
     def phases(self) -> Any:
         """Who runs the model phases of a step (``ragen.trainer.phase_context.ModelPhases``:
         ``score_batch``, ``update``, ``reasoning_stats``, ``whole_state``): this trainer,
@@ -461,7 +341,7 @@ class StarPOTrainer:
     def whole_state(self, load: bool = False):
         """``(actor, critic, optimizers)`` whole, as a checkpoint holds them: in one process
         the trainer's own (sharded ranks gather them, and after ``load=True`` put back)."""
-        yield self.actor, self.critic, self._optimizers()
+        yield self.actor, self.critic, self.optimizers()
 
     def rollout(self, manager, seeds: list[int], temperature: float, sample_seed: int):
         cfg = dataclasses.replace(self.rollout_cfg, temperature=temperature, seed=sample_seed)
@@ -471,17 +351,54 @@ class StarPOTrainer:
 
     def train_step(self, step: int) -> dict[str, float]:
         """One step: rollout -> filter -> batch -> scores -> advantages -> update."""
-        a, t = self.cfg.algo, self.cfg.trainer
-        if self._reused is not None and 0 < step - self._reused[1] < t.rollout_reuse:
+        a = self.cfg.algo
+        if self._reusing(step):
             return self._reuse_step(step)
-        timing: dict[str, float] = {}
+        clock = PhaseClock()
         # Until the update begins nothing outlives the step (seeds derive from the step
         # number), so a signal may abandon it here (ragen.trainer.signals).
         self.signals.abandonable = True
-        tic = time.perf_counter()
-        played = rollout_phase.collect(self.rollout, self.train_envs, self.cfg, step)
+        with clock("rollout"):
+            played = rollout_phase.collect(self.rollout, self.train_envs, self.cfg, step)
         trajectories, metrics = played.trajectories, played.metrics
-        timing["timing/rollout"] = time.perf_counter() - tic
+        self._after_rollout(step, played, metrics, clock)
+
+        with clock("prepare"):
+            keep, kept, filter_metrics = rollout_phase.filter_trainable(trajectories, a)
+            metrics.update(filter_metrics)
+            if not kept:
+                return self._untrained_step(step, trajectories, keep, metrics, clock)
+            batch = self.prepare_batch(kept)
+            # how many samples have someone to be compared with (a group of one: none)
+            counts = torch.bincount(batch.index)
+            metrics["actor/baseline_shared_frac"] = float((counts[batch.index] > 1).float().mean())
+
+        critic_stats = self._score(batch, step, metrics, clock)
+        with clock("advantage"):
+            advantages.advantage_phase(a, batch, metrics, estimated=critic_stats is not None)
+        self._log_trajectories(step, trajectories, keep, kept, batch)
+        with clock("update"):
+            metrics.update(self._update(batch, step, critic_stats, metrics))
+        self._after_update(batch, step, metrics)
+
+        metrics.update(clock.metrics())
+        update_s = clock.seconds["timing/update"]
+        n_train_tokens = float(batch.attention_mask.sum())
+        metrics["perf/update_tokens_per_s"] = n_train_tokens / max(update_s, 1e-9)
+        metrics["perf/rollout_tokens_per_s"] = float(played.stats.get("tokens_per_s", 0.0))
+        metrics["perf/num_trained_samples"] = float(len(kept))
+        return metrics
+
+    # -- the phases of a step, in order --------------------------------------------------
+    def _reusing(self, step: int) -> bool:
+        """Whether step ``step`` trains again on the last fresh rollout
+        (``trainer.rollout_reuse``) instead of playing a new one."""
+        reuse = self.cfg.trainer.rollout_reuse
+        return self._reused is not None and 0 < step - self._reused[1] < reuse
+
+    def _after_rollout(self, step: int, played, metrics: dict[str, float], clock) -> None:
+        """What the rollout tells the run: the curriculum's level, context overflows,
+        scale-out events, and the reasoning statistics (one more forward pass)."""
         if self.curriculum is not None:  # the level rises with measured success
             metrics["curriculum/level"] = float(self.curriculum.level)
             if self.curriculum.observe(metrics["rollout/success_rate"]):
@@ -490,78 +407,75 @@ class StarPOTrainer:
         metrics.update(rollout_phase.context_checks(played.stats))
         if self.scale is not None:  # weight-sync time, worker restarts (logged as events)
             metrics.update(self.scale.after_rollout(step + 1, played.stats))
-        if t.reasoning_samples:
+        if self.cfg.trainer.reasoning_samples:
             # reasoning/cond_entropy, reasoning/mutual_info: does the thought still depend
-            # on the prompt? (one extra forward pass, ragen.trainer.reasoning_stats)
-            tic = time.perf_counter()
-            metrics.update(self.phases().reasoning_stats(trajectories, step))
-            timing["timing/reasoning_stats"] = time.perf_counter() - tic
+            # on the prompt? (ragen.trainer.reasoning_stats)
+            with clock("reasoning_stats"):
+                metrics.update(self.phases().reasoning_stats(played.trajectories, step))
 
-        tic = time.perf_counter()
-        keep, kept, filter_metrics = rollout_phase.filter_trainable(trajectories, a)
-        metrics.update(filter_metrics)
-        if not kept:
-            self._log_trajectories(step, trajectories, keep)
-            self._skip_reason = "filter" if not any(keep) else "overflow"
-            self.logger.print(
-                f"step {step + 1}: no trainable trajectories (filtered out, or the context "
-                "overflowed before their first response: raise rollout.max_model_len); "
-                "skipping the update"
-            )
-            self._step_trained = False
-            return {**metrics, **timing, "trainer/untrained_step": 1.0}
-        batch = self.prepare_batch(kept)
-        # how many samples have someone to be compared with (a group of one: no baseline)
-        counts = torch.bincount(batch.index)
-        metrics["actor/baseline_shared_frac"] = float((counts[batch.index] > 1).float().mean())
-        timing["timing/prepare"] = time.perf_counter() - tic
+    def _untrained_step(self, step, trajectories, keep, metrics, clock) -> dict[str, float]:
+        """The metrics of a step whose filter kept nothing to train on: no update."""
+        self._log_trajectories(step, trajectories, keep)
+        self._skip_reason = "filter" if not any(keep) else "overflow"
+        self.logger.print(
+            f"step {step + 1}: no trainable trajectories (filtered out, or the context "
+            "overflowed before their first response: raise rollout.max_model_len); "
+            "skipping the update"
+        )
+        self._step_trained = False
+        # the clock's phases so far, without timing/step (as before the clock)
+        return {**metrics, **clock.seconds, "trainer/untrained_step": 1.0}
 
+    def _score(self, batch: TrainingBatch, step: int, metrics, clock) -> dict | None:
+        """The batch's old log-probs and values, timed as ``timing/old_log_prob`` or,
+        in one process, folded into the update's own forward (``ragen.trainer.onepass``):
+        then the critic's update runs here, its forward giving the values (timed as
+        ``timing/critic``). Returns that critic update's metrics (None when it did not
+        run here: the advantages are then not estimated from its forward)."""
         # The engine keeps per-row KV caches between turns; free them before the update
         # (the weights are about to change, and on a GPU that memory is needed now).
         self.engine.clear_prefix_cache()
         phases = self.phases()  # this process, or the ranks (trainer.train_ranks > 1)
-        # one forward per model where the phases allow it (ragen.trainer.onepass)
-        old_from_update = onepass.shares_actor_forward(self.cfg, batch.size, phases is not self)
-        critic_pass = self.critic is not None and onepass.shares_critic_forward(
+        self._old_from_update = onepass.shares_actor_forward(
             self.cfg, batch.size, phases is not self
         )
-        critic_stats = None
-        tic = time.perf_counter()
-        if old_from_update:  # one process: the update's forward gives the old log-probs
-            if critic_pass:  # the critic's update, whose forward gives the values
-                self.signals.abandonable = False  # it changes weights: the step finishes
-                try:
-                    critic_stats = update.critic_update_pass(self.context(), batch, step)
-                except NonFiniteUpdate as err:
-                    raise self._nonfinite_error(step, batch, str(err), metrics) from None
-            elif self.critic is not None:
+        if not self._old_from_update:
+            with clock("old_log_prob"):
+                phases.score_batch(batch, metrics)
+            return None
+        if self.critic is None:
+            return None
+        critic_pass = onepass.shares_critic_forward(self.cfg, batch.size, phases is not self)
+        with clock("critic"):
+            if not critic_pass:
                 self.compute_values(batch)
-            if self.critic is not None:  # the critic's pass (update or values) is its own phase
-                timing["timing/critic"] = time.perf_counter() - tic
-        else:
-            phases.score_batch(batch, metrics)
-            timing["timing/old_log_prob"] = time.perf_counter() - tic
-        tic = time.perf_counter()
-        advantages.advantage_phase(a, batch, metrics, estimated=critic_pass)
-        timing["timing/advantage"] = time.perf_counter() - tic
-        self._log_trajectories(step, trajectories, keep, kept, batch)
+                return None
+            self.signals.abandonable = False  # it changes weights: the step finishes
+            try:
+                return update.critic_update_pass(self.context(), batch, step)
+            except NonFiniteUpdate as err:
+                raise self._nonfinite_error(step, batch, str(err), metrics) from None
 
-        tic = time.perf_counter()
+    def _update(self, batch: TrainingBatch, step: int, critic_stats, metrics) -> dict[str, float]:
+        """The PPO update (in this process with the old log-probs from its forward, or
+        on the ranks), and the log-prob agreement its forward measured."""
         self.signals.abandonable = False  # from here on the step changes weights: it finishes
         try:
-            if old_from_update:  # one process by construction (onepass)
-                ctx = self.context()
-                update_metrics = update.ppo_update(ctx, batch, step, critic_stats, True)
+            if self._old_from_update:  # one process by construction (onepass)
+                out = update.ppo_update(self.context(), batch, step, critic_stats, True)
             else:  # train_ranks > 1: this same update, data-parallel
-                update_metrics = phases.update(batch, step)
+                out = self.phases().update(batch, step)
         except NonFiniteUpdate as err:
             raise self._nonfinite_error(step, batch, str(err), metrics) from None
         self._step_trained = True
-        metrics.update(update_metrics)
+        if self._old_from_update and step >= self.cfg.trainer.critic_warmup:
+            out.update(logprob_agreement(batch))  # filled by the update's forward
+        return out
+
+    def _after_update(self, batch: TrainingBatch, step: int, metrics) -> None:
+        """The schedulers' step, and the batch kept for ``trainer.rollout_reuse``."""
+        t = self.cfg.trainer
         actor_trained = step >= t.critic_warmup  # before: the critic alone trained
-        if old_from_update and actor_trained:  # filled by the update's forward
-            metrics.update(logprob_agreement(batch))
-        timing["timing/update"] = time.perf_counter() - tic
         metrics["trainer/critic_warmup"] = float(not actor_trained)
         # the rate this update ran at (read before the scheduler moves to the next one)
         metrics["actor/lr"] = self.actor_sched.get_last_lr()[0]
@@ -574,14 +488,6 @@ class StarPOTrainer:
         if t.rollout_reuse > 1 and actor_trained:
             self._reused = (batch, step)
             metrics["rollout/reuse_age"] = 0.0  # fresh (later steps: how stale)
-
-        timing["timing/step"] = sum(timing.values())
-        metrics.update(timing)
-        n_train_tokens = float(batch.attention_mask.sum())
-        metrics["perf/update_tokens_per_s"] = n_train_tokens / max(timing["timing/update"], 1e-9)
-        metrics["perf/rollout_tokens_per_s"] = float(played.stats.get("tokens_per_s", 0.0))
-        metrics["perf/num_trained_samples"] = float(len(kept))
-        return metrics
 
     def _reuse_step(self, step: int) -> dict[str, float]:
         """Step ``step`` without a rollout (``trainer.rollout_reuse``): one more update on
