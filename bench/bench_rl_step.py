@@ -358,6 +358,59 @@ def compare_metrics(old: dict, new: dict) -> tuple[float, str]:
     return worst, where
 
 
+#: ``--preset`` settings: the SmolLM2 CPU presets' RL (experiments/grids/configs/
+#: smollm2-cpu-sk.yaml: Dr.GRPO, lr 1e-5, minibatches of 32, 16 new tokens, one-move
+#: replies, bf16 autocast where the CPU has it, a fixed micro-batch budget) on Sokoban
+PRESETS = {
+    "smollm2-cpu": {
+        "env": "sokoban",
+        "reasoning": "no_think",
+        "set": [
+            "model=smollm2",
+            "algo=drgrpo",
+            "algo.ppo_mini_batch_size=32",
+            "model.actor_lr=1e-5",
+            "rollout.max_new_tokens=16",
+            "algo.micro_token_budget=4096",
+            "trainer.bf16_cpu=true",
+        ],
+    },
+}
+
+
+def apply_preset(args) -> None:
+    """``--preset NAME``: its env, reply format and overrides (``--set`` ones after)."""
+    if not args.preset:
+        return
+    preset = PRESETS[args.preset]
+    args.env, args.reasoning = preset["env"], preset["reasoning"]
+    args.set = [*preset["set"], *args.set]
+
+
+def write_results(path: str, args, runs: dict[str, list[dict]], med: dict) -> None:
+    """The comparison as JSON: settings, every process's summary, the medians, the ratio."""
+    from experiments.common import provenance
+
+    out = {
+        "bench": "bench.bench_rl_step",
+        "preset": args.preset,
+        "env": args.env,
+        "episodes_per_step": args.groups * args.group_size,
+        "groups": args.groups,
+        "group_size": args.group_size,
+        "threads": args.threads,
+        "overrides": args.set,
+        "old_tree": str(args.old),
+        "runs": {name: [summarize(r) for r in results] for name, results in runs.items()},
+        "median": med,
+        "new_over_old_episodes_per_s": med["new"]["episodes_per_s"] / med["old"]["episodes_per_s"],
+        "provenance": provenance("python -m bench.bench_rl_step " + " ".join(sys.argv[1:])),
+    }
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(out, indent=1) + "\n")
+    print(f"wrote {path}")
+
+
 def driver(args) -> None:
     new_tree = REPO
     if args.old is None:
@@ -410,6 +463,8 @@ def driver(args) -> None:
             f"{what}: old {med['old'][key]:.2f}, new {med['new'][key]:.2f}: new/old "
             f"{ratio:.2f}x (pairs: " + ", ".join(f"{p:.2f}" for p in pairs) + ")"
         )
+    if args.out:
+        write_results(args.out, args, runs, med)
     same = runs["old"][0]["digest"] == runs["new"][0]["digest"]
     worst, where = compare_metrics(runs["old"][0], runs["new"][0])
     print(
@@ -439,8 +494,12 @@ def main(argv: list[str] | None = None) -> None:
         "--ops", type=int, default=0, help="without --old: print the N torch ops with the "
         "most self CPU time in the first counted step (torch.profiler)",
     )  # fmt: skip
+    p.add_argument("--preset", choices=sorted(PRESETS), default=None, help="a model's settings")
+    p.add_argument("--out", default=None, help="with --old: write the comparison as JSON here")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if not args.worker:
+        apply_preset(args)  # the worker gets the expanded settings as flags
     (worker if args.worker else driver)(args)
 
 
