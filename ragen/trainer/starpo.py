@@ -54,7 +54,7 @@ from ragen.errors import ConfigError, EnvUnavailableError
 from . import advantages, onepass, rollout_phase, run_checkpoints, scoring, update
 from .checkpoint import CheckpointManager
 from .collapse_guard import CollapseGuard
-from .config import TrainConfig, to_yaml
+from .config import TrainConfig, changed_keys, to_yaml
 from .dynamic_sampling import Curriculum
 from .forward import token_log_probs, token_values
 from .models import TrainModels, build_models, seed_everything
@@ -233,11 +233,14 @@ class StarPOTrainer(RunState):
         that resumes the run.
         """
         t = self.cfg.trainer
+        # the config is in the run folder; the console says where, and with trainer.console
+        # what differs from the defaults (the whole YAML drowned the first screen)
+        self.logger.print(f"run folder: {self.run_dir} (config: {self.run_dir / 'config.yaml'})")
         if t.console:
-            self.logger.print(f"run folder: {self.run_dir}\n{to_yaml(self.cfg)}")
-        else:  # quiet when asked: the config is in the run folder, not on the screen
+            changed = changed_keys(self.cfg)
             self.logger.print(
-                f"run folder: {self.run_dir} (config: {self.run_dir / 'config.yaml'})"
+                "changed from the defaults: "
+                + ", ".join(f"{k}={v}" for k, v in changed.items() if k != "trainer.run_dir")
             )
         if not self.cfg.algo.micro_token_budget:  # auto: say what it came to, to pin it
             self.logger.print(

@@ -34,7 +34,7 @@ from ragen.trainer.collapse import CollapseConfig
 
 from .algo import AlgoConfig, DynamicSamplingConfig, FilterConfig
 from .env import CurriculumConfig, EnvSection
-from .load import PRESET_DIR, load_config, preset_names, to_dict, to_yaml
+from .load import PRESET_DIR, changed_keys, load_config, preset_names, to_dict, to_yaml
 from .model import ModelConfig
 from .rollback import ROLLBACK_KEYS, parse_rollback_change
 from .train_config import TrainConfig
@@ -59,6 +59,7 @@ __all__ = [
     "preset_names",
     "to_yaml",
     "to_dict",
+    "changed_keys",
     "apply_rollback_change",
     "parse_rollback_change",
     "ROLLBACK_KEYS",

@@ -211,3 +211,20 @@ def to_yaml(cfg: TrainConfig | DictConfig) -> str:
 def to_dict(cfg: TrainConfig | DictConfig) -> dict[str, Any]:
     """The config as plain nested dicts and lists (JSON-ready)."""
     return OmegaConf.to_container(_as_node(cfg), resolve=True)  # type: ignore[return-value]
+
+
+def changed_keys(cfg: TrainConfig | DictConfig) -> dict[str, Any]:
+    """``{"algo.name": "drgrpo", ...}``: the keys whose values differ from the defaults
+    (``TrainConfig()``), dotted, in the config's order: what a run's first console line
+    says of its config (the whole of it is in the run folder's config.yaml)."""
+
+    def flat(node: Any, prefix: str = "") -> dict[str, Any]:
+        if isinstance(node, dict):
+            out: dict[str, Any] = {}
+            for k, v in node.items():
+                out.update(flat(v, f"{prefix}{k}."))
+            return out
+        return {prefix[:-1]: node}
+
+    mine, base = flat(to_dict(cfg)), flat(to_dict(TrainConfig()))
+    return {k: v for k, v in mine.items() if base.get(k, object()) != v}
