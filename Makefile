@@ -17,9 +17,10 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install -q -c constraints.txt -e ".[dev,gym,textarena,scale,openenv,reasoning-gym,textworld]"
 	touch $(STAMP)
 
-# one pytest worker per core (pytest-xdist); each test keeps one torch thread (conftest)
+# one pytest worker per core (pytest-xdist); each test keeps one torch thread, and the Ray /
+# torch.distributed tests share one worker (tests/conftest.py)
 test: setup
-	$(BIN)/python -m pytest -q -n auto tests
+	$(BIN)/python -m pytest -q -n auto --dist loadgroup tests
 
 demo: setup
 	$(BIN)/python -m ragen.demo

@@ -62,3 +62,23 @@ def local_ray():
     yield ray
     if started:
         ray.shutdown()
+
+
+# The tests that start Ray clusters or torch.distributed groups run on one pytest-xdist
+# worker, one after another (`make test` runs `-n auto --dist loadgroup`): with two
+# workers' Ray-actor ranks at once, gloo broke a sharded optimizer-state gather
+# ("Connection closed by peer") in an earlier try.
+SERIAL_GROUP = "ray_and_torch_distributed"
+SERIAL_MODULES = {
+    "test_distributed_fsdp.py",
+    "test_distributed_rollout.py",
+    "test_distributed_train.py",
+    "test_distributed_update.py",
+    "test_ray_cluster.py",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in SERIAL_MODULES:
+            item.add_marker(pytest.mark.xdist_group(SERIAL_GROUP))
