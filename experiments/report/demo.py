@@ -126,10 +126,17 @@ def results_tables(root: Path = sources.ROOT) -> str:
 
 
 def wall_time(root: Path = sources.ROOT) -> str:
-    """An inline phrase: the demo's wall time per seed from the first demo-seeds file."""
+    """An inline phrase: the demo's wall time per run, over every demo-seeds file."""
     files = sources.demo_seed_files(root)
-    wall = sources.load(files[0], root).get("wall_seconds", {}) if files else {}
-    if not wall:
+    minutes = sorted(
+        float(v) / 60 for f in files for v in sources.load(f, root).get("wall_seconds", {}).values()
+    )
+    if not minutes:
         return "in a wall time not yet measured over seeds (`python -m experiments.demo_seeds.run`)"
-    minutes = sorted(float(v) / 60 for v in wall.values())
-    return f"in {minutes[0]:.0f} to {minutes[-1]:.0f} minutes a seed (`{files[0]}`)"
+    where = ", ".join(f"`{f}`" for f in files)
+    if round(minutes[0]) == round(minutes[-1]):
+        span = f"in about {minutes[0]:.0f} minutes"
+    else:
+        span = f"in {minutes[0]:.0f} to {minutes[-1]:.0f} minutes"
+    runs = f"{len(minutes)} timed run{'s' if len(minutes) > 1 else ''}"
+    return f"{span} ({runs}: {where})"
