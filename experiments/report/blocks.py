@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from experiments.report import demo, findings, grids, markers, sources, studies, summary
+from experiments.report import demo, findings, grids, markers, sources, speed, studies, summary
 from experiments.report.verdicts import rule_text
 
 #: the pages that hold generated blocks, relative to the repository root
@@ -21,6 +21,7 @@ PAGES = (
     "docs/FINDINGS.md",
     "experiments/findings/results.md",
     "experiments/demo_seeds/results.md",
+    "docs/SPEED.md",
 )
 
 Renderer = Callable[[markers.Block, Path], str]
@@ -69,6 +70,7 @@ BLOCKS: dict[str, Renderer] = {
     "grid-runs": _args(grids.run_table),
     "grid-evals": _args(grids.eval_table),
     "repeat-check": _one(repeat_check),
+    "bench-rl-step": _args(speed.rl_step_table),
     "lake-oracles": _one(studies.lake_oracles),
     "sokoban-ties": _one(studies.sokoban_ties),
     "verdict-rule": _one(rule_text),
