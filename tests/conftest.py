@@ -50,6 +50,24 @@ def tiny_qwen2vl_dir(tmp_path_factory):
     return str(create_tiny_vlm(out, seed=0, architecture="qwen2_vl"))
 
 
+@pytest.fixture
+def one_bandit_step(tiny_model_dir, tmp_path):
+    """``ragen train`` overrides of one tiny GRPO step on the bandit (2 x 2 episodes, no
+    validation) into ``tmp_path/run``: the smallest whole training run."""
+    return [
+        "env=bandit",
+        "model=tiny",
+        f"model.path={tiny_model_dir}",
+        "algo=grpo",
+        "rollout.env_groups=2",
+        "rollout.group_size=2",
+        "algo.ppo_mini_batch_size=4",
+        "trainer.total_steps=1",
+        "trainer.val_every=0",
+        f"trainer.run_dir={tmp_path / 'run'}",
+    ]
+
+
 @pytest.fixture(scope="module")
 def local_ray():
     """A local Ray for one test module (2 cores here; CPUs are logical slots), shut down

@@ -12,24 +12,10 @@ def test_changed_keys_are_the_overrides_and_what_the_presets_set():
     assert changed_keys(load_config([])) == {}
 
 
-def test_a_run_prints_its_folder_and_its_changes_not_the_yaml(tiny_model_dir, tmp_path, capsys):
+def test_a_run_prints_its_folder_and_its_changes_not_the_yaml(one_bandit_step, tmp_path, capsys):
     from ragen.trainer.starpo import StarPOTrainer
 
-    cfg = load_config(
-        [
-            "env=bandit",
-            "model=tiny",
-            f"model.path={tiny_model_dir}",
-            "algo=grpo",
-            "rollout.env_groups=2",
-            "rollout.group_size=2",
-            "algo.ppo_mini_batch_size=4",
-            "trainer.total_steps=1",
-            "trainer.val_every=0",
-            f"trainer.run_dir={tmp_path / 'run'}",
-        ]
-    )
-    StarPOTrainer(cfg).train()
+    StarPOTrainer(load_config(one_bandit_step)).train()
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"run folder: {tmp_path / 'run'} (config: {tmp_path / 'run' / 'config.yaml'})"
     assert out[1].startswith("changed from the defaults: ") and "algo.name=grpo" in out[1]

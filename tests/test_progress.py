@@ -70,7 +70,7 @@ def test_durations_read_at_a_glance():
     assert duration(3780) == "1 h 03 min"
 
 
-def test_a_training_step_reports_its_phases(tiny_model_dir, tmp_path, monkeypatch, capsys):
+def test_a_training_step_reports_its_phases(one_bandit_step, monkeypatch, capsys):
     """With the thresholds at 0 every phase of a tiny step prints: rollout turns, the
     engine's decode steps and the update's micro-batches, labelled with the step."""
     from ragen.trainer.config import load_config
@@ -79,22 +79,7 @@ def test_a_training_step_reports_its_phases(tiny_model_dir, tmp_path, monkeypatc
     monkeypatch.setattr(progress, "AFTER_S", 0.0)
     monkeypatch.setattr(progress, "EVERY_S", 0.0)
     monkeypatch.delenv("RAGEN_PROGRESS", raising=False)
-    cfg = load_config(
-        [
-            "env=bandit",
-            "model=tiny",
-            f"model.path={tiny_model_dir}",
-            "algo=grpo",
-            "rollout.env_groups=2",
-            "rollout.group_size=2",
-            "algo.ppo_mini_batch_size=4",
-            "trainer.total_steps=1",
-            "trainer.val_every=0",
-            "trainer.save_every=0",
-            f"trainer.run_dir={tmp_path / 'run'}",
-        ]
-    )
-    StarPOTrainer(cfg).train()
+    StarPOTrainer(load_config(one_bandit_step)).train()
     err = capsys.readouterr().err
     assert "[progress] step 1/1 rollout: turn 1/" in err
     assert "[progress] step 1/1 decoding 4 replies: token 1/" in err
