@@ -9,7 +9,7 @@ Stages (each can be re-run alone with ``--stage``; results accumulate in
     eval     held-out validation seeds: random, oracle, warm start, after RL
     report   table (results.md) and learning curves (curves.png)
 
-    python -m ragen.demo                       # everything, 18-21 min on 2 CPU cores (docs/RESULTS.md, "The demo")
+    python -m ragen.demo                       # everything, about 20 min on 2 CPU cores
     python -m ragen.demo --budget classic      # the earlier demo, ~8 min (no grid gains)
     python -m ragen.demo --stage rl --env sokoban
     python -m ragen.demo --budget toy          # seconds; what the end-to-end test runs

@@ -84,8 +84,8 @@ def local_ray():
 
 # The tests that start Ray clusters or torch.distributed groups run on one pytest-xdist
 # worker, one after another (`make test` runs `-n auto --dist loadgroup`): with two
-# workers' Ray-actor ranks at once, gloo broke a sharded optimizer-state gather
-# ("Connection closed by peer") in an earlier try.
+# workers' Ray-actor ranks at once, gloo can break a sharded optimizer-state gather
+# ("Connection closed by peer").
 SERIAL_GROUP = "ray_and_torch_distributed"
 SERIAL_MODULES = {
     "test_distributed_fsdp.py",

@@ -224,7 +224,7 @@ def test_the_deferred_import_check_sees_a_silent_one(tmp_path):
 
 def test_a_module_over_600_lines_says_why_at_its_top():
     """A module past 600 lines opens with a ``# Over 600 lines: <why>`` comment; the
-    others are split (issue 54: long modules hide their parts)."""
+    others are split (a long module hides its parts)."""
     long = []
     for path in sorted((ROOT / "ragen").rglob("*.py")):
         lines = path.read_text(encoding="utf-8").splitlines()

@@ -27,8 +27,7 @@ from .reasoning import check_format, parse_reply
 def model_folder(model: str) -> str:
     """What to load for ``model``, as ``ragen eval --model`` reads it: a run folder (its
     newest checkpoint's actor), a checkpoint folder (``RUN/checkpoints/step_N``: its
-    actor) or its actor folder; anything else (a model folder, a hub id) as it is. Only
-    ``step_N/actor`` loaded before (issue 55), where docs/ENVIRONMENTS.md promised all."""
+    actor) or its actor folder; anything else (a model folder, a hub id) as it is."""
     run = find_training_run(model)
     return run.model if run is not None else model
 

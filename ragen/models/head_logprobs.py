@@ -32,10 +32,10 @@ def default_chunk_rows(hidden: Tensor, vocab: int) -> int:
 
     Why the floor: here every chunk is also a matmul ``(rows, H) @ (H, V)`` that streams
     the whole ``(V, H)`` head from memory, so a chunk of few rows is bound by that read,
-    not by arithmetic. A 49k vocabulary leaves the 1 MB rule 5 rows a chunk; SmolLM2's
-    head (H 576) then took 24.8 s for the forward and backward of 1,024 rows on one core,
-    against 6.5 s at 144 rows (``H / 4``; 288 and 576 rows were slower again, their
-    logits leaving the cache). A small vocabulary (the tiny models') keeps the 1 MB rule.
+    not by arithmetic. A 49k vocabulary leaves the 1 MB rule 5 rows a chunk; ``H / 4``
+    rows (144 for SmolLM2) keeps the head's read a small share of the chunk's work while
+    its logits still stay near the cache. A small vocabulary (the tiny models') keeps the
+    1 MB rule.
     """
     if hidden.device.type != "cpu":
         return max(1, DEFAULT_CHUNK_ELEMENTS // max(vocab, 1))

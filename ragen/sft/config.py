@@ -114,7 +114,7 @@ class SFTConfig:
                 f"micro_token_budget: padded tokens per micro-batch must be >= 0, got "
                 f"{self.micro_token_budget}. Fix: e.g. 8192, or 0 (what fits in the free memory)"
             )
-        if self.lora_rank < 0:  # it silently meant full fine-tuning (issue 55)
+        if self.lora_rank < 0:  # else it would silently mean full fine-tuning
             raise ConfigError(
                 f"lora_rank: must be >= 0 (0: full fine-tuning; N > 0: LoRA adapters of rank "
                 f"N), got {self.lora_rank}. Fix: e.g. --lora-rank 8, or --lora-rank 0"

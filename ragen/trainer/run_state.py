@@ -129,7 +129,7 @@ class RunState:
     def _stopped_by_error(self, err: Exception, done: int) -> Exception:
         """``err`` (a one-line user error that ends the run after step ``done``) with what
         is on disk and the command that resumes: the steps trained since the last
-        checkpoint are saved first, never dropped (issue 55)."""
+        checkpoint are saved first, never dropped."""
         if self._trained_since_save and done > self._saved_step:
             try:
                 note = f"Saved step {done} to {self.save_checkpoint(done)}."

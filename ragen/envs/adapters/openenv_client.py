@@ -331,7 +331,7 @@ class OpenEnvEnv(Env):
     def _drop_session(self) -> None:
         """Close the session. openenv-core's sync client runs its socket on a thread of
         its own; closing a client whose thread is gone would start a new one, which hangs
-        at interpreter shutdown (issue 55: ``ragen train env=openenv`` never exited), so
+        at interpreter shutdown (the process would never exit), so
         such a client, or any at shutdown, is dropped without a goodbye (the server's
         idle timeout and the closed socket end the session there)."""
         client, self._client = self._client, None
