@@ -92,8 +92,8 @@ def make_optimizer(model: torch.nn.Module, lr: float, weight_decay: float) -> to
 
     From :data:`FUSED_ADAMW_FROM` trainable parameters (a real model trained whole) AdamW
     runs fused: one kernel over all parameters instead of several per tensor. The fused
-    step rounds differently in the last bits, so smaller models (the tiny ones, LoRA adapters) keep the unfused step their seeded
-    runs and recorded results were made with."""
+    step rounds differently in the last bits, so smaller models (the tiny ones, LoRA
+    adapters) keep the unfused step their seeded runs and recorded results were made with."""
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError("the model has no trainable parameters")  # a bug, not a user error
