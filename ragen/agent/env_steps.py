@@ -11,11 +11,11 @@ from typing import Any
 from ragen.envs.base import StepResultError, check_step_result
 
 
-def _play(env: Any, actions: list[str]) -> list[tuple[str, float, bool, bool, dict[str, Any]]]:
+def play(env: Any, actions: list[str]) -> list[tuple[str, float, bool, bool, dict[str, Any]]]:
     """Step ``env`` with ``actions`` in order until one ends the episode."""
     results = []
     for action in actions:
-        results.append(_safe_step(env, action))
+        results.append(safe_step(env, action))
         if results[-1][2] or results[-1][3]:
             break
     return results
@@ -25,21 +25,21 @@ def _play(env: Any, actions: list[str]) -> list[tuple[str, float, bool, bool, di
 MAX_STEP_THREADS = 64
 
 
-def _play_all(envs: list[Any], actions: list[list[str]]) -> list[list[tuple]]:
-    """:func:`_play` for every episode of the turn. Envs that declare
+def play_all(envs: list[Any], actions: list[list[str]]) -> list[list[tuple]]:
+    """:func:`play` for every episode of the turn. Envs that declare
     ``concurrent_steps`` (remote envs: the time is spent waiting for a server) are
     stepped from a thread pool, so a batch costs about one round trip, not one per
     episode; every other env is stepped in order, in this thread."""
     if len(envs) > 1 and all(getattr(env, "concurrent_steps", False) for env in envs):
         with ThreadPoolExecutor(min(len(envs), MAX_STEP_THREADS)) as pool:
-            return list(pool.map(_play, envs, actions))
-    return [_play(env, acts) for env, acts in zip(envs, actions)]
+            return list(pool.map(play, envs, actions))
+    return [play(env, acts) for env, acts in zip(envs, actions)]
 
 
 log = logging.getLogger(__name__)
 
 
-def _safe_step(env: Any, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+def safe_step(env: Any, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
     """``env.step`` (``(obs, reward, terminated, truncated, info)``) that turns any
     exception of the env into the end of its episode (truncated, the reason in
     ``info["env_error"]``), never the end of the run. ``Env.step`` already does so for

@@ -44,7 +44,7 @@ from ragen.progress import Progress
 from . import prompts
 from .context import ChatFormat, ContextManager, SampleIds
 from .env_manager import EnvStateManager
-from .env_steps import _play_all
+from .env_steps import play_all
 from .parsing import ANSWER_CLOSE, clean_text
 from .policies import Policy, PolicyOutput, TurnRequest
 from .reasoning import check_env_supports, needs_facts, parse_reply
@@ -205,7 +205,7 @@ def run_rollout(
             _read_reply(ep, env, out, config, fmt) for ep, env, out in zip(live, envs, outputs)
         ]
         # the env steps of all episodes: from threads when the envs wait on a network
-        played = _play_all(envs, [reply.executed for reply in replies])
+        played = play_all(envs, [reply.executed for reply in replies])
         for ep, env, request, out, reply, steps in zip(
             live, envs, requests, outputs, replies, played
         ):

@@ -126,8 +126,6 @@ class StarPOTrainer(RunState):
         self.signals = StopSignals()  # Ctrl-C / SIGTERM, see ragen.trainer.signals
         self._skip_reason = ""
         self._step_trained = False  # whether the last train_step() ran an update
-        # whether this step's update forward gives its old log-probs (ragen.trainer.onepass)
-        self._old_from_update = False
         # (batch, step) of the last fresh rollout, trained on again (trainer.rollout_reuse)
         self._reused: tuple[TrainingBatch, int] | None = None
         seed_everything(t.seed)
@@ -439,10 +437,7 @@ class StarPOTrainer(RunState):
         # (the weights are about to change, and on a GPU that memory is needed now).
         self.engine.clear_prefix_cache()
         phases = self.phases()  # this process, or the ranks (trainer.train_ranks > 1)
-        self._old_from_update = onepass.shares_actor_forward(
-            self.cfg, batch.size, phases is not self
-        )
-        if not self._old_from_update:
+        if not self._old_from_update(batch):
             with clock("old_log_prob"):
                 phases.score_batch(batch, metrics)
             return None
@@ -459,19 +454,25 @@ class StarPOTrainer(RunState):
             except NonFiniteUpdate as err:
                 raise self._nonfinite_error(step, batch, str(err), metrics) from None
 
+    def _old_from_update(self, batch: TrainingBatch) -> bool:
+        """Whether the update's own forward gives ``batch``'s old log-probs (one process,
+        one epoch over one minibatch: ``ragen.trainer.onepass``)."""
+        return onepass.shares_actor_forward(self.cfg, batch.size, self.phases() is not self)
+
     def _update(self, batch: TrainingBatch, step: int, critic_stats, metrics) -> dict[str, float]:
         """The PPO update (in this process with the old log-probs from its forward, or
         on the ranks), and the log-prob agreement its forward measured."""
         self.signals.abandonable = False  # from here on the step changes weights: it finishes
+        fused = self._old_from_update(batch)
         try:
-            if self._old_from_update:  # one process by construction (onepass)
+            if fused:  # one process by construction (onepass)
                 out = update.ppo_update(self.context(), batch, step, critic_stats, True)
-            else:  # train_ranks > 1: this same update, data-parallel
+            else:  # scored before: this process's update, or the ranks' (data-parallel)
                 out = self.phases().update(batch, step)
         except NonFiniteUpdate as err:
             raise self._nonfinite_error(step, batch, str(err), metrics) from None
         self._step_trained = True
-        if self._old_from_update and step >= self.cfg.trainer.critic_warmup:
+        if fused and step >= self.cfg.trainer.critic_warmup:
             out.update(logprob_agreement(batch))  # filled by the update's forward
         return out
 

@@ -72,15 +72,15 @@ def ppo_update(
     train_critic = ctx.models.critic is not None and critic_stats is None
     epochs = max(a.ppo_epochs, critic_epochs if train_critic else 0)
     minibatches = epochs * math.ceil(B / a.ppo_mini_batch_size)
-    progress = Progress("update", minibatches, "micro-batch")
+    progress: Progress | None = None
     for epoch in range(epochs):
         perm = minibatch_order(ctx, step, B, gen)
         for start in range(0, B, a.ppo_mini_batch_size):
             rows = perm[start : start + a.ppo_mini_batch_size]
             micros = ctx.micro_batches(batch, rows)
-            if epoch == 0 and start == 0:  # forward-backward passes of the whole update,
-                passes = (epoch < a.ppo_epochs and train_actor) + train_critic  # about
-                progress.total = max(1, minibatches * len(micros) * max(passes, 1))
+            if progress is None:  # the update's passes, counted at the first minibatch's size
+                models = max(int(train_actor) + int(train_critic), 1)
+                progress = Progress("update", minibatches * len(micros) * models, "micro-batch")
             pad_fracs.append(padding_fraction(lengths, [ids for ids, _ in micros]))
             if train_actor and epoch < a.ppo_epochs:
                 actor = actor_minibatch(ctx, batch, rows, micros, old_from_update, progress)
@@ -89,7 +89,8 @@ def ppo_update(
             if train_critic and epoch < critic_epochs:
                 for k, v in critic_minibatch(ctx, batch, rows, micros, progress=progress).items():
                     sums[k].append(v)
-    progress.close()
+    if progress is not None:
+        progress.close()
     out = {}
     for k, values in sums.items():
         if k.endswith("grad_norm"):

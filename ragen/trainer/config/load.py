@@ -23,7 +23,7 @@ from omegaconf.errors import (
 )
 
 from ragen.cli_utils import nest_dotted, parse_value, split_key_value
-from ragen.config_fields import fail
+from ragen.config_fields import fail, walk_fields
 from ragen.errors import ConfigError
 
 from .train_config import TrainConfig
@@ -213,18 +213,14 @@ def to_dict(cfg: TrainConfig | DictConfig) -> dict[str, Any]:
     return OmegaConf.to_container(_as_node(cfg), resolve=True)  # type: ignore[return-value]
 
 
-def changed_keys(cfg: TrainConfig | DictConfig) -> dict[str, Any]:
+def changed_keys(cfg: TrainConfig) -> dict[str, Any]:
     """``{"algo.name": "drgrpo", ...}``: the keys whose values differ from the defaults
-    (``TrainConfig()``), dotted, in the config's order: what a run's first console line
-    says of its config (the whole of it is in the run folder's config.yaml)."""
+    (``TrainConfig``'s), dotted, in field order: what a run's first console line says of
+    its config (the whole of it is in the run folder's config.yaml)."""
+    defaults = {key: value for key, _, value in walk_fields(TrainConfig)}
+    return {
+        key: value for key, _, value in walk_fields(cfg) if defaults.get(key, _MISSING) != value
+    }
 
-    def flat(node: Any, prefix: str = "") -> dict[str, Any]:
-        if isinstance(node, dict):
-            out: dict[str, Any] = {}
-            for k, v in node.items():
-                out.update(flat(v, f"{prefix}{k}."))
-            return out
-        return {prefix[:-1]: node}
 
-    mine, base = flat(to_dict(cfg)), flat(to_dict(TrainConfig()))
-    return {k: v for k, v in mine.items() if base.get(k, object()) != v}
+_MISSING = object()  # a key the defaults lack (never equal to a value)
