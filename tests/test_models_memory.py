@@ -94,3 +94,30 @@ def test_sft_prints_the_auto_budget_and_the_flag_that_pins_it(tiny_model_dir, tm
     assert "micro_token_budget: padded tokens per micro-batch must be >= 0, got -1" in (
         capsys.readouterr().err
     )
+
+
+def test_kv_cache_rows_that_fit(monkeypatch):
+    """SmolLM2-135M: 30 layers x K and V x 3 K/V heads x 64 dims x 4 bytes = 46,080 bytes
+    a token; 24 GiB free, 40% of it, 2,048 tokens a row: 109 rows."""
+    config = SimpleNamespace(hidden_size=576, num_hidden_layers=30, num_attention_heads=9,
+                             num_key_value_heads=3)  # fmt: skip
+    model = SimpleNamespace(config=config)  # no parameters: float32 assumed
+    assert memory.kv_bytes_per_token(model) == 30 * 2 * 3 * 64 * 4
+    monkeypatch.setattr(memory, "free_bytes", lambda device: 24 * 2**30)
+    assert memory.rows_that_fit(model, "cpu", 2048) == 109
+    assert memory.rows_that_fit(model, "cpu", 10**9) == 1  # at least one row
+    monkeypatch.setattr(memory, "free_bytes", lambda device: None)
+    assert memory.rows_that_fit(model, "cpu", 2048) is None  # cannot tell: no cap
+    assert memory.kv_bytes_per_token(SimpleNamespace(config=None)) == 0
+
+
+def test_eval_plays_a_tiny_model_in_one_batch(tiny_model_dir):
+    """``ragen eval``'s default batch is what fits in memory, not a fixed number of
+    groups: a tiny model's 128 episodes are one rollout call, as the speed needs."""
+    from ragen.agent.evaluate import build_policy, groups_that_fit
+    from ragen.agent.rollout_config import RolloutConfig
+
+    policy = build_policy(str(tiny_model_dir), None, None, "cpu", None, 0.0, 1, 0)
+    assert groups_that_fit(policy, RolloutConfig(), group_size=1) >= 128
+    oracle = build_policy("oracle", None, None, None, None, 0.0, 1, 0)
+    assert groups_that_fit(oracle, RolloutConfig(), group_size=1) is None  # no local model

@@ -71,6 +71,7 @@ BLOCKS: dict[str, Renderer] = {
     "grid-evals": _args(grids.eval_table),
     "repeat-check": _one(repeat_check),
     "bench-rl-step": _args(speed.rl_step_table),
+    "bench-eval": _args(speed.eval_table),
     "lake-oracles": _one(studies.lake_oracles),
     "sokoban-ties": _one(studies.sokoban_ties),
     "verdict-rule": _one(rule_text),

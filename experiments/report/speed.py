@@ -33,3 +33,25 @@ def rl_step_table(args: list[str]) -> str:
     table = "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
                        *("| " + " | ".join(r) + " |" for r in rows)])  # fmt: skip
     return table + "\n\n" + "\n".join(notes)
+
+
+def eval_table(args: list[str]) -> str:
+    """``bench-eval FILE``: ``ragen eval``'s generated tokens per second per checkout
+    (medians over the rounds), each older one's ratio to this checkout, and each round's
+    ratio (path relative to ``bench/results``)."""
+    rel = f"bench/results/{args[0]}"
+    d = sources.load(rel)
+    med, runs = d["median"], d["runs"]
+    head = ["code", "tokens/s (median)", "wall s (median)", "reply tokens", "new / this"]
+    rows = [["this checkout (new)", f"{med['new']['tokens_per_s']:.0f}",
+             f"{med['new']['wall']:.1f}", f"{med['new']['response_length']:.1f}", "-"]]  # fmt: skip
+    for name, ratio in d["ratios"].items():
+        rounds = ", ".join(f"{p:.2f}" for p in ratio["pairs"])
+        rows.append([f"`{name}`", f"{med[name]['tokens_per_s']:.0f}", f"{med[name]['wall']:.1f}",
+                     f"{med[name]['response_length']:.1f}",
+                     f"**{ratio['new_over_old_tokens_per_s']:.2f}x** (rounds {rounds})"])  # fmt: skip
+    table = "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
+                       *("| " + " | ".join(r) + " |" for r in rows)])  # fmt: skip
+    rounds = len(runs["new"])
+    return (f"{table}\n\n{rounds} rounds, {d['threads']} threads a process, `ragen eval "
+            f"{' '.join(d['eval_args'])}` on {d['model']}.\n\n* `{rel}`: {sources.describe(rel)}")  # fmt: skip

@@ -84,8 +84,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--batch-groups",
         type=int,
-        default=64,
-        help="play at most this many groups per batch (memory; a progress line per batch)",
+        default=None,
+        help="play at most this many groups per batch (default: as many as the K/V "
+        "caches at --max-model-len tokens fit in 40%% of the free memory; 0: all at once)",
     )
     p.add_argument(
         "--epsilon",

@@ -35,6 +35,7 @@ from ragen.engines.hf_vlm import engine_for  # HFEngine, or HFVLMEngine for a VL
 from ragen.engines.openai_api import OpenAIChatEngine
 from ragen.errors import UsageError
 from ragen.models import load_policy
+from ragen.models.memory import rows_that_fit
 from ragen.run_layout import CHECKPOINTS, TRAIN_CONFIG, checkpoint_dirs
 
 from .env_manager import EnvStateManager
@@ -249,6 +250,23 @@ def build_policy(
     return ModelPolicy(engine_for(model, tokenizer), tokenizer)
 
 
+def groups_that_fit(policy: Policy, cfg: RolloutConfig, group_size: int) -> int | None:
+    """Groups a rollout call may play at once for the model behind ``policy``: their
+    K/V caches at ``cfg.max_model_len`` tokens each within the share of free memory a
+    micro-batch may take (:func:`ragen.models.memory.rows_that_fit`); None (all at once)
+    for a policy without a local model, or where the model's size cannot be told.
+
+    Why not a fixed cap: a batch of rows decodes in about the time of one row on a CPU
+    until the matmuls fill the cores, so halving the batch nearly halves the tokens per
+    second (a fixed cap of 64 groups made ``ragen eval`` of 128 tiny-model episodes
+    slower than code that played them in one batch)."""
+    model = getattr(getattr(policy, "engine", None), "model", None)
+    if model is None:
+        return None
+    rows = rows_that_fit(model, getattr(model, "device", "cpu"), cfg.max_model_len)
+    return None if rows is None else max(1, rows // group_size)
+
+
 @dataclass
 class EvalResult:
     metrics: dict[str, float]
@@ -301,8 +319,8 @@ def run_evaluation(
 
     ``config`` supplies the remaining rollout knobs (``temperature``, ``max_turns`` and
     ``seed`` given here override it). ``seed_offset`` shifts the validation seeds.
-    ``batch_groups`` caps the groups played per rollout call (memory); default: all at
-    once. ``epsilon``/``actions_per_turn`` configure the reference policies.
+    ``batch_groups`` caps the groups played per rollout call (memory); default (None):
+    as many as fit in memory (:func:`groups_that_fit`), 0: all at once. ``epsilon``/``actions_per_turn`` configure the reference policies.
     ``progress(done_episodes, n)`` is called after each batch (e.g. :class:`Progress`),
     and ``progress.seeds(found, wanted)``, when it has one, while the validation seeds
     are searched (long for a large ``seed_offset``). ``command``, the command line that
@@ -321,6 +339,8 @@ def run_evaluation(
         model, tokenizer, api_base, device, dtype, epsilon, actions_per_turn, seed
     )
     n_groups = n // group_size
+    if batch_groups is None:
+        batch_groups = groups_that_fit(policy, cfg, group_size)
     chunk = min(n_groups, batch_groups or n_groups)
     played: list[Trajectory] = []
     stats: dict[str, float] = {}

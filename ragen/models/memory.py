@@ -44,6 +44,39 @@ def activation_bytes_per_token(model: Any) -> int:
     return layers * (10 * hidden + 2 * mlp) * 4
 
 
+def kv_bytes_per_token(model: Any) -> int:
+    """Bytes the K/V cache holds per token of context, all layers::
+
+    layers * 2 * kv_heads * head_dim * element_size      (0 when unknown)
+    """
+    config = getattr(model, "config", None)
+    config = getattr(config, "text_config", None) or config  # a VLM's language model
+    layers = int(getattr(config, "num_hidden_layers", 0) or 0)
+    heads = int(getattr(config, "num_attention_heads", 0) or 0)
+    hidden = int(getattr(config, "hidden_size", 0) or 0)
+    if not layers or not heads or not hidden:
+        return 0  # unknown architecture: no estimate
+    kv_heads = int(getattr(config, "num_key_value_heads", 0) or heads)
+    head_dim = int(getattr(config, "head_dim", 0) or hidden // heads)
+    try:
+        element = next(model.parameters()).element_size()
+    except (AttributeError, StopIteration):
+        element = 4
+    return layers * 2 * kv_heads * head_dim * element
+
+
+def rows_that_fit(
+    model: Any, device: Any, tokens_per_row: int, fraction: float = AUTO_FRACTION
+) -> int | None:
+    """How many generation rows of ``tokens_per_row`` context each keep their K/V caches
+    within ``fraction`` of the free memory (at least 1); None when the model's size or
+    the free memory cannot be told."""
+    per_token, free = kv_bytes_per_token(model), free_bytes(device)
+    if not per_token or free is None or tokens_per_row < 1:
+        return None
+    return max(1, int(fraction * free // (per_token * tokens_per_row)))
+
+
 def free_bytes(device: Any) -> int | None:
     """Memory free for new tensors on ``device`` (CUDA: ``mem_get_info``; CPU: the
     kernel's ``MemAvailable``), or None when it cannot be told."""
