@@ -253,6 +253,12 @@ FROZEN_LAKE_SFT: dict[str, Any] = {
 # from fresh states until the step has its 16 groups. On Sokoban it was the one variant
 # that added over 3 seeds (all groups and StarPO-S's top quarter did not).
 DYNAMIC_SAMPLING = ["algo.filter.value=1.0", "algo.dynamic_sampling.enabled=true"]
+# Sokoban's RL: dynamic sampling with Dr.GRPO's group baseline for 100 steps at lr 1e-4.
+# With StarPO-S's critic (which explained none of the return variance: a turn's advantage
+# was in effect its reward-to-go) the demo's 60 steps added +3.3 to +6.6 and the gain was
+# still rising at step 60; without the critic a step costs about a third less, and 100
+# steps from the same warm starts added +5.5 to +11.9 on three seeds
+# (experiments/grids/configs/demo-sk-ds.yaml; at lr 2e-4, +4.3 to +14.8).
 
 # FrozenLake: what adds from warm starts that fit is the number of episodes each update
 # trains on. 64 groups x 16 = 1,024 episodes a step, every group, Dr.GRPO's group
@@ -265,21 +271,17 @@ DYNAMIC_SAMPLING = ["algo.filter.value=1.0", "algo.dynamic_sampling.enabled=true
 BUDGETS = {
     # what `make demo` runs: the grids with the warm start that fits and RL where it adds
     "full": Budget(
-        rl_steps={"bandit": 40, "frozen_lake": 60, "sokoban": 60},
+        rl_steps={"bandit": 40, "frozen_lake": 60, "sokoban": 100},
         # one move per reply: RL and evaluation play what the warm start was scored on
         reasoning_by_env={"frozen_lake": "no_think", "sokoban": "no_think"},
         max_new_tokens_by_env={"frozen_lake": 16, "sokoban": 16},
         sft_overrides={"frozen_lake": FROZEN_LAKE_SFT, "sokoban": SOKOBAN_SFT},
-        algo={"frozen_lake": "drgrpo"},
+        algo={"frozen_lake": "drgrpo", "sokoban": "drgrpo"},
         env_groups_by_env={"frozen_lake": 64},
         group_size_by_env={"frozen_lake": 16},
         actor_lr={"frozen_lake": 5e-4, "sokoban": 1e-4},
-        # every turn in one optimizer step (groups x episodes x 10 turns), and on
-        # Sokoban the critic lr the grid study measured with (the trainer's default): the
-        # tiny critic then stays near 0 (explained variance 0.00 over the run), so a
-        # turn's advantage is in effect its reward-to-go, clipped PPO-style
+        # every turn in one optimizer step (groups x episodes x 10 turns)
         ppo_mini_batch_size={"frozen_lake": 10240, "sokoban": 640},
-        critic_lr={"sokoban": 1e-5},
         rl_extra={"sokoban": DYNAMIC_SAMPLING},
     ),
     # the demo until the grids' warm start fitted (free_think replies, one SFT recipe for

@@ -82,13 +82,19 @@ def rl_config_of(tmp_path, monkeypatch):
     return run
 
 
-def test_stage_rl_passes_the_envs_critic_lr_and_its_own_overrides(rl_config_of):
+def test_full_budget_trains_sokoban_by_dynamic_sampling_without_a_critic(rl_config_of):
     cfg = rl_config_of(BUDGETS["full"], "sokoban")
-    assert cfg.model.critic_lr == 1e-5 and cfg.model.actor_lr == 1e-4
+    assert cfg.algo.name == "drgrpo" and not cfg.algo.use_critic
+    assert cfg.model.actor_lr == 1e-4
     assert cfg.algo.dynamic_sampling.enabled and cfg.algo.filter.value == 1.0
     assert cfg.algo.ppo_mini_batch_size == 640
-    assert cfg.trainer.total_steps == 60
+    assert cfg.trainer.total_steps == 100
     assert cfg.rollout.reasoning == "no_think" and cfg.rollout.max_new_tokens == 16
+
+
+def test_stage_rl_passes_the_envs_critic_lr(rl_config_of):
+    budget = dataclasses.replace(BUDGETS["toy"], critic_lr={"sokoban": 1e-5})
+    assert rl_config_of(budget, "sokoban").model.critic_lr == 1e-5
 
 
 def test_full_budget_trains_frozen_lake_on_1024_episodes_a_step_without_a_critic(rl_config_of):
