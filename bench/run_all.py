@@ -28,6 +28,7 @@ QUICK: dict[str, list[str]] = {
         "bench_advantages": "--batch 16 --seq 512 --repeats 1",
         "bench_env_suite": "--quick",
         "bench_envs": "--quick",
+        "bench_eval": "--rounds 1",
         "bench_generate": "--size nano --batch 4 --prompt-len 32 --new 8 --repeats 1",
         "bench_logprobs": "--batch 4 --repeats 1",
         "bench_lora": "--model tiny:nano --steps 1",
