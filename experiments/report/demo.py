@@ -15,6 +15,7 @@ from typing import Any
 
 from experiments.report import sources
 from experiments.report.gains import Gain, pct, pool, seed_gain
+from experiments.report.tables import markdown_table
 
 ENVS = ("bandit", "frozen_lake", "sokoban")
 WARM, AFTER = "warm start (SFT)", "after RL"
@@ -73,8 +74,7 @@ def readme_table(root: Path = sources.ROOT) -> str:
         rows.append([LABELS[env], *cells, g.text(), g.seeds_text()])
     head = ["env", "random", "warm start", "after RL", "oracle", "RL gain, 95% interval (points)",
             "seeds whose own gain is beyond noise"]  # fmt: skip
-    table = "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
-                       *("| " + " | ".join(r) + " |" for r in rows)])  # fmt: skip
+    table = markdown_table(head, rows)
     note = (f"Success on {_states(data)} held-out states per cell (mean over the seeds) at "
             "temperature 0.5. " + _source(files[0], data, root))  # fmt: skip
     return f"{table}\n\n{note}"
@@ -117,8 +117,7 @@ def results_tables(root: Path = sources.ROOT) -> str:
         head = ["env", "seed", "states", "random", "warm start", "after RL", "oracle",
                 "RL gain, 95% interval (points)", "beyond noise"]  # fmt: skip
         lines = [f"**`{data.get('label', Path(rel).stem)}`**: " + _source(rel, data, root), "",
-                 "| " + " | ".join(head) + " |", "|" + "---|" * len(head),
-                 *("| " + " | ".join(r) + " |" for r in rows)]  # fmt: skip
+                 markdown_table(head, rows)]  # fmt: skip
         if minutes:
             lines += ["", f"Wall time of each seed's demo (`wall_seconds`): {minutes}."]
         parts.append("\n".join(lines))

@@ -22,6 +22,7 @@ from typing import Any
 from experiments.findings.config import load_finding
 from experiments.report import sources
 from experiments.report.gains import SeedGain, difference, mean_sd, pool, seed_gain
+from experiments.report.tables import markdown_table
 from experiments.report.verdicts import (
     DELTA_STEPS,
     Part,
@@ -103,11 +104,6 @@ def _seeds_last(name: str, variant: str) -> str:
     )
 
 
-def _table(head: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
-
-
 def _gain_cells(name: str, variant: str) -> list[str]:
     """Warm start, after RL, the pooled gain with its interval, each seed's gain."""
     pairs = heldout_pairs(name, variant)
@@ -132,7 +128,7 @@ def validation_table(name: str, extra: list[tuple[str, str, bool]]) -> str:
     head = ["variant", f"validation success, step {cfg.val_every} (first check)",
             f"step {cfg.steps} (last)", "per seed, last"]  # fmt: skip
     head += [f"{title}, last {last} steps" for _, title, _ in extra]
-    return _table(head, rows)
+    return markdown_table(head, rows)
 
 
 def heldout_table(name: str, extra: list[tuple[str, str, bool]]) -> str:
@@ -148,7 +144,7 @@ def heldout_table(name: str, extra: list[tuple[str, str, bool]]) -> str:
     head = ["variant", f"held-out success ({n} states): warm start", "after RL",
             "gain, 95% interval (points)", "gain per seed"]  # fmt: skip
     head += [f"{title}, last {cfg.table_last} steps" for _, title, _ in extra]
-    return _table(head, rows)
+    return markdown_table(head, rows)
 
 
 def actions_table() -> str:
@@ -169,7 +165,7 @@ def actions_table() -> str:
             warm, _, gain, _ = _gain_cells(name, variant)
             cells += [warm, gain.split(" (")[0]]
         rows.append(cells)
-    return _table(head, rows)
+    return markdown_table(head, rows)
 
 
 def collapse_table(name: str, which: str = "scored") -> str:
@@ -183,7 +179,7 @@ def collapse_table(name: str, which: str = "scored") -> str:
                      str(s["missed"]), leads, f"{s['false_alarms']} of {s['healthy']}"])  # fmt: skip
     head = ["signal", "runs that collapse", "warned before the collapse", "at or after it",
             "missed", "lead, steps (collapse - warning)", "false alarms on runs that do not"]  # fmt: skip
-    return _table(head, rows)
+    return markdown_table(head, rows)
 
 
 def thresholds_table(name: str) -> str:
@@ -196,7 +192,7 @@ def thresholds_table(name: str) -> str:
                      "not measurable" if value is None else f"**{value:g}**", note])  # fmt: skip
     seeds = ", ".join(map(str, t["calibrate_seeds"]))
     head = ["signal", f"healthy extreme, seeds {seeds}", "threshold", "note"]
-    return _table(head, rows)
+    return markdown_table(head, rows)
 
 
 def mi_runs_table() -> str:
@@ -218,7 +214,7 @@ def mi_runs_table() -> str:
         "MI (nats), last 5 steps",
         "collapses",
     ]
-    return _table(head, rows)
+    return markdown_table(head, rows)
 
 
 # -- parts and verdicts -------------------------------------------------------------------
@@ -443,7 +439,7 @@ def summary_block() -> str:
         evidence = "; ".join(f"{p.claim}: {p.verdict}" for p in parts)
         rows.append([f.number, f.claim, f"`{f.command}`", where(f),
                      f"**{finding_verdict(parts)}** ({evidence})"])  # fmt: skip
-    return _table(["#", "the paper's finding", "command", "where", "verdict (parts)"], rows)
+    return markdown_table(["#", "the paper's finding", "command", "where", "verdict (parts)"], rows)
 
 
 def noise_sentence() -> str:
@@ -467,7 +463,7 @@ def results_index() -> str:
         else:
             state, files = f"not run yet ({cfg.env})", "-"
         rows.append([cfg.title or name, f"`configs/{name}.yaml`", files, state])
-    return _table(["finding", "config", "results", "state"], rows)
+    return markdown_table(["finding", "config", "results", "state"], rows)
 
 
 def table_block(name: str) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 
 from experiments.report import sources
 from experiments.report.gains import Gain, mean_sd, pct, pool
+from experiments.report.tables import markdown_table
 from ragen.stats import seed_t_interval
 
 RESULTS = "experiments/grids/results"
@@ -43,11 +44,6 @@ def gain(stem: str, env: str, variant: str, warm_from: str | None = None) -> Gai
     if not seeds:
         raise KeyError(f"{stem}: no {env} / {variant} row with a warm start to pair")
     return pool(seeds)
-
-
-def _table(head: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
 
 
 def _split(args: list[str]) -> tuple[list[str], dict[str, str]]:
@@ -110,7 +106,9 @@ def rl_table(args: list[str]) -> str:
     head = ["results file", "env", "variant", "seeds", "warm start", "after RL",
             "gain, 95% interval (points)", "per seed: warm -> after RL (gain)",
             "seeds beyond noise", "RL steps"]  # fmt: skip
-    return _table(head, rows) + "\n\n" + sources.provenance_line([path(s) for s, _ in files])
+    return (
+        markdown_table(head, rows) + "\n\n" + sources.provenance_line([path(s) for s, _ in files])
+    )
 
 
 def steps_table(args: list[str]) -> str:
@@ -137,7 +135,7 @@ def steps_table(args: list[str]) -> str:
                     cells.append(f"step {k}: {core}")
                 rows.append([env, f"`{variant}`", str(len(runs)), "; ".join(cells)])
     head = ["env", "variant", "seeds", "held-out gain by RL step (points; seed t interval)"]
-    return _table(head, rows)
+    return markdown_table(head, rows)
 
 
 def planned_sft_steps(stem: str, env: str, seed: str) -> tuple[int, int] | None:
@@ -185,7 +183,7 @@ def warm_table(args: list[str]) -> str:
             rows.append([env, f"`{stem}`", str(n), success, acc, ", ".join(steps)])
     head = ["env", "results file", "held-out states", "warm start, per seed",
             "held-out reply accuracy (last SFT check)", "SFT steps"]  # fmt: skip
-    return _table(head, rows) + "\n\n" + sources.provenance_line([path(s) for s in stems])
+    return markdown_table(head, rows) + "\n\n" + sources.provenance_line([path(s) for s in stems])
 
 
 def _acc(record: dict[str, Any]) -> str:
@@ -245,7 +243,9 @@ def run_table(args: list[str]) -> str:
     head = ["results file", "env", "variant", "seed", "warm start", "after RL", "gain (points)",
             "gain by RL step", "RL steps", "s/step", "training success, first / last 5 steps",
             "first update's KL"]  # fmt: skip
-    return _table(head, rows) + "\n\n" + sources.provenance_line([path(s) for s, _ in files])
+    return (
+        markdown_table(head, rows) + "\n\n" + sources.provenance_line([path(s) for s, _ in files])
+    )
 
 
 def _num(x: float | None) -> str:
@@ -270,4 +270,4 @@ def eval_table(args: list[str]) -> str:
             [policy, f"{pct(r['success_rate'])} ± {h:.1f}", pct(r.get("format_error_rate"))]
         )
     head = ["policy", f"success on {n} held-out states (± 95% binomial)", "format errors"]
-    return _table(head, rows) + "\n\n" + sources.provenance_line([path(stem)])
+    return markdown_table(head, rows) + "\n\n" + sources.provenance_line([path(stem)])

@@ -5,6 +5,7 @@ ratio, and each old/new pair's ratio of episodes per second."""
 from __future__ import annotations
 
 from experiments.report import sources
+from experiments.report.tables import markdown_table
 
 PHASES = ("wall", "rollout", "reasoning_stats", "old_log_prob", "update")
 
@@ -30,8 +31,7 @@ def rl_step_table(args: list[str]) -> str:
                      + ", ".join(f"{p:.2f}" for p in pairs) + ")"])  # fmt: skip
         notes.append(f"* `{rel}`: {sources.describe(rel)}")
     head = ["episodes a step", "phase (median seconds)", "old", "new", "old / new"]
-    table = "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
-                       *("| " + " | ".join(r) + " |" for r in rows)])  # fmt: skip
+    table = markdown_table(head, rows)
     return table + "\n\n" + "\n".join(notes)
 
 
@@ -50,8 +50,7 @@ def eval_table(args: list[str]) -> str:
         rows.append([f"`{name}`", f"{med[name]['tokens_per_s']:.0f}", f"{med[name]['wall']:.1f}",
                      f"{med[name]['response_length']:.1f}",
                      f"**{ratio['new_over_old_tokens_per_s']:.2f}x** (rounds {rounds})"])  # fmt: skip
-    table = "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
-                       *("| " + " | ".join(r) + " |" for r in rows)])  # fmt: skip
+    table = markdown_table(head, rows)
     rounds = len(runs["new"])
     return (f"{table}\n\n{rounds} rounds, {d['threads']} threads a process, `ragen eval "
             f"{' '.join(d['eval_args'])}` on {d['model']}.\n\n* `{rel}`: {sources.describe(rel)}")  # fmt: skip
