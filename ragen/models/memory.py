@@ -32,10 +32,15 @@ MAX_BUDGET = 65_536
 AUTO_FRACTION = 0.4  # of the free memory, for one micro-batch's activations
 
 
+def _text_config(model: Any) -> Any:
+    """The config of ``model``'s language model (a VLM's ``text_config``), or None."""
+    config = getattr(model, "config", None)
+    return getattr(config, "text_config", None) or config
+
+
 def activation_bytes_per_token(model: Any) -> int:
     """Bytes of activations one training token keeps for the backward pass (float32)."""
-    config = getattr(model, "config", None)
-    config = getattr(config, "text_config", None) or config  # a VLM's language model
+    config = _text_config(model)
     hidden = int(getattr(config, "hidden_size", 0) or 0)
     layers = int(getattr(config, "num_hidden_layers", 0) or 0)
     mlp = int(getattr(config, "intermediate_size", 0) or 4 * hidden)
@@ -49,8 +54,7 @@ def kv_bytes_per_token(model: Any) -> int:
 
     layers * 2 * kv_heads * head_dim * element_size      (0 when unknown)
     """
-    config = getattr(model, "config", None)
-    config = getattr(config, "text_config", None) or config  # a VLM's language model
+    config = _text_config(model)
     layers = int(getattr(config, "num_hidden_layers", 0) or 0)
     heads = int(getattr(config, "num_attention_heads", 0) or 0)
     hidden = int(getattr(config, "hidden_size", 0) or 0)
