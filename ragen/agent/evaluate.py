@@ -256,10 +256,9 @@ def groups_that_fit(policy: Policy, cfg: RolloutConfig, group_size: int) -> int 
     micro-batch may take (:func:`ragen.models.memory.rows_that_fit`); None (all at once)
     for a policy without a local model, or where the model's size cannot be told.
 
-    Why not a fixed cap: a batch of rows decodes in about the time of one row on a CPU
-    until the matmuls fill the cores, so halving the batch nearly halves the tokens per
-    second (a fixed cap of 64 groups made ``ragen eval`` of 128 tiny-model episodes
-    slower than code that played them in one batch)."""
+    Why not a fixed cap: each decode step costs a fixed overhead plus matmuls over the
+    batch's rows, so splitting episodes that fit into several calls pays the steps and
+    the prefills again for fewer rows each."""
     model = getattr(getattr(policy, "engine", None), "model", None)
     if model is None:
         return None
