@@ -319,7 +319,8 @@ def run_evaluation(
     ``config`` supplies the remaining rollout knobs (``temperature``, ``max_turns`` and
     ``seed`` given here override it). ``seed_offset`` shifts the validation seeds.
     ``batch_groups`` caps the groups played per rollout call (memory); default (None):
-    as many as fit in memory (:func:`groups_that_fit`), 0: all at once. ``epsilon``/``actions_per_turn`` configure the reference policies.
+    as many as fit in memory (:func:`groups_that_fit`), 0: all at once.
+    ``epsilon``/``actions_per_turn`` configure the reference policies.
     ``progress(done_episodes, n)`` is called after each batch (e.g. :class:`Progress`),
     and ``progress.seeds(found, wanted)``, when it has one, while the validation seeds
     are searched (long for a large ``seed_offset``). ``command``, the command line that
