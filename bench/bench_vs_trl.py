@@ -63,7 +63,7 @@ def capture_prompts(env: str, prompts: int, seed: int, tokenizer) -> list[dict]:
 def bandit_reward(env_name: str, format_penalty: float):
     """TRL reward function: ragen's parse of the reply, then one step of the env."""
     import ragen.envs as envs
-    from ragen.agent.parsing import parse_response
+    from ragen.agent.reasoning import parse_response
 
     def reward(prompts, completions, seed, **kwargs) -> list[float]:
         out = []

@@ -1,4 +1,4 @@
-"""Strict response parser: the rules of ragen.agent.parsing, plus a fuzz of random strings."""
+"""Strict response parser: the rules of ragen.agent.reasoning.parse_response, plus a fuzz of random strings."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from ragen.agent.parsing import format_response, parse_response, split_actions
+from ragen.agent.reasoning import format_response, parse_response, split_actions
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,8 @@ from fakes import LineEnv, tiny_tokenizer
 
 from ragen.agent.env_manager import EnvStateManager
 from ragen.agent.evaluate import run_evaluation, write_results
-from ragen.agent.parsing import clean_text, parse_response
 from ragen.agent.policies import Policy, PolicyOutput
+from ragen.agent.reasoning import clean_text, parse_response
 from ragen.agent.rollout import RolloutConfig, run_rollout
 
 BAD = "<think>hm</think><answer>\ud800right</answer>"

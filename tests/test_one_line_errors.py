@@ -30,7 +30,7 @@ def test_a_read_only_run_dir_is_one_line(tiny_model_dir, tmp_path, monkeypatch, 
     run.mkdir()
     run.chmod(stat.S_IRUSR | stat.S_IXUSR)  # r-x: nothing can be created inside
     if os.geteuid() == 0:  # root writes anyway: make the kernel's refusal explicit
-        import ragen.trainer.run_lock as run_lock
+        import ragen.run_layout as run_lock
 
         def refuse(path, *args, **kwargs):
             raise OSError(errno.EROFS, "Read-only file system", str(path))

@@ -7,21 +7,23 @@ import random
 
 import pytest
 
-from ragen.agent.parsing import clean_text, format_response, parse_response
 from ragen.agent.reasoning import (
     REASONING_FORMATS,
     SECTIONS,
     check_env_supports,
     check_format,
+    clean_text,
     committed_actions,
     compact_reply_shape,
     format_guide,
     format_reply,
+    format_response,
     has_think,
     is_consistent,
     is_structured,
     needs_facts,
     parse_reply,
+    parse_response,
     reply_shape,
     thought_commitment,
 )

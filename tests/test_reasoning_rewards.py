@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ragen.agent.parsing import parse_response
-from ragen.agent.reasoning import REASONING_FORMATS, format_reply, parse_reply
+from ragen.agent.reasoning import REASONING_FORMATS, format_reply, parse_reply, parse_response
 from ragen.agent.reasoning_rewards import (
     REASONING_REWARDS,
     ReasoningScores,

@@ -15,7 +15,7 @@ from test_trainer_train import _overrides
 
 from ragen.cli import main
 from ragen.errors import RunDirError
-from ragen.trainer.run_lock import LOCK_FILE, RunLock
+from ragen.run_layout import LOCK_FILE, RunLock
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -32,7 +32,7 @@ def test_a_held_run_dir_is_refused_naming_the_holder(tmp_path):
 
 def _hold_lock_in_a_child(run: Path) -> subprocess.Popen:
     code = (
-        "import sys, time; from ragen.trainer.run_lock import RunLock; "
+        "import sys, time; from ragen.run_layout import RunLock; "
         f"lock = RunLock({str(run)!r}).acquire(); print('held', flush=True); time.sleep(600)"
     )
     proc = subprocess.Popen(

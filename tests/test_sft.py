@@ -183,8 +183,7 @@ def test_sft_stops_once_it_solves_the_asked_share_of_its_own_states(
 
 
 def test_training_state_success_is_a_deterministic_share(tiny_model_dir):
-    from ragen.sft.expert_data import SFT_SEED_STEP
-    from ragen.sft.state_success import training_state_success
+    from ragen.sft.expert_data import SFT_SEED_STEP, training_state_success
 
     model, tok = _load(tiny_model_dir)
     args = (model, tok, "bandit", {}, RolloutConfig(max_turns=1, max_new_tokens=8), 0,

@@ -66,9 +66,9 @@ from dataclasses import dataclass
 from ragen.envs.facts import Fact, match_score, parse_facts
 from ragen.errors import ConfigError
 
-from .parsing import ParsedResponse
 from .reasoning import (
     SECTIONS,
+    ParsedResponse,
     check_format,
     committed_actions,
     is_consistent,

@@ -45,9 +45,8 @@ from . import prompts
 from .context import ChatFormat, ContextManager, SampleIds
 from .env_manager import EnvStateManager
 from .env_steps import play_all
-from .parsing import ANSWER_CLOSE, clean_text
 from .policies import Policy, PolicyOutput, TurnRequest
-from .reasoning import check_env_supports, needs_facts, parse_reply
+from .reasoning import ANSWER_CLOSE, check_env_supports, clean_text, needs_facts, parse_reply
 from .reasoning_rewards import ReasoningScores, applicable_rewards, score_turn
 from .rollout_config import RolloutConfig, format_rewards
 from .trajectory import Trajectory, TurnRecord

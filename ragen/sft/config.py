@@ -82,7 +82,7 @@ class SFTConfig:
     # epoch). A warm start chosen on training data, never on validation states, to sit
     # below what RL can reach: checked every success_check_every optimizer steps on the
     # first success_check_episodes SFT states at success_check_temperature (the
-    # evaluation's). ragen/sft/state_success.py
+    # evaluation's). ragen/sft/expert_data.py: training_state_success
     stop_at_success: float = 0.0
     success_check_every: int = 20
     success_check_episodes: int = 128

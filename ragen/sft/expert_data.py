@@ -1,10 +1,19 @@
-"""Expert data for SFT: the solver's episodes, tokenized as the RL rollout tokenizes them.
+"""The SFT env's episodes: the solver's, tokenized as the RL rollout tokenizes them (what
+SFT trains on), and the model's own on the same states (what an SFT run can stop on).
 
-The episodes are oracle rollouts (with ``epsilon`` noise; DAgger-style relabelling with
-``labels="expert"``) played by the same rollout and context machinery as RL, so every
-sample's loss mask is exactly its assistant tokens. They come from training states that
-no RL step reaches (:data:`SFT_SEED_STEP`), a held-out slice of other training states
-(:data:`SFT_HELDOUT_STEP`), or, to probe a model, the validation states.
+The expert episodes are oracle rollouts (with ``epsilon`` noise; DAgger-style relabelling
+with ``labels="expert"``) played by the same rollout and context machinery as RL, so
+every sample's loss mask is exactly its assistant tokens. They come from training states
+that no RL step reaches (:data:`SFT_SEED_STEP`), a held-out slice of other training
+states (:data:`SFT_HELDOUT_STEP`), or, to probe a model, the validation states.
+
+:func:`training_state_success` is how often an in-training model solves its own SFT
+states (``SFTConfig.stop_at_success``). A warm start that already plays as well as RL
+could make it leaves RL nothing to show; one that has not learned to read the state
+leaves RL nothing to build on. Stopping SFT once the model solves a given share of the
+states it is trained on picks the warm start on training data alone (the validation
+states are never looked at), at the same point of competence whatever the seed or the
+float rounding of the run.
 """
 
 from __future__ import annotations
@@ -12,8 +21,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ragen.agent.env_manager import EnvStateManager
+from ragen.agent.evaluate import build_policy
+from ragen.agent.metrics import success_by_state
 from ragen.agent.policies import OraclePolicy, RelabeledPolicy
-from ragen.agent.rollout import run_rollout
+from ragen.agent.rollout import RolloutConfig, run_rollout
 from ragen.agent.trajectory import Trajectory
 from ragen.errors import UsageError
 
@@ -97,3 +108,31 @@ def _expert_labelled(t: Trajectory) -> bool:
     windowed = t.reward_from_turn is not None  # one turn's reply per sample
     turns = t.turns[t.turn_index : t.turn_index + 1] if windowed else t.turns
     return all(turn.info.get("expert_label", True) for turn in turns)
+
+
+def training_state_success(
+    model,
+    tokenizer,
+    env: str,
+    env_config: dict,
+    rollout: RolloutConfig,
+    seed: int,
+    seeds_step: int,
+    episodes: int,
+    temperature: float,
+) -> float:
+    """Success of ``model`` on the first ``episodes`` initial states of SFT's training
+    data (the states of ``EnvStateManager(..., seed=seed).seeds_for_step(seeds_step)``:
+    group g's state depends on (seed, step, g) alone), one episode each, sampled at
+    ``temperature`` with a fixed sampling seed, so two checks of one model agree."""
+    manager = EnvStateManager(env, dict(env_config), env_groups=episodes, group_size=1, seed=seed)
+    try:
+        states = manager.seeds_for_step(seeds_step)
+        policy = build_policy(model, tokenizer)
+        played = run_rollout(
+            policy, manager, replace(rollout, temperature=temperature, seed=0), states
+        )
+    finally:
+        manager.close()
+    wins = success_by_state(played.trajectories)
+    return sum(wins.values()) / max(len(wins), 1)

@@ -35,10 +35,14 @@ from ragen.models.memory import resolve_token_budget
 from ragen.models.precision import autocast_for
 from ragen.models.tiny import build_model
 from ragen.models.vlm import forward_inputs, is_processor, row_images, text_tokenizer
-from ragen.sft.state_success import training_state_success
 
 from .config import SFTConfig
-from .expert_data import SFT_SEED_STEP, auxiliary_config, make_expert_data
+from .expert_data import (
+    SFT_SEED_STEP,
+    auxiliary_config,
+    make_expert_data,
+    training_state_success,
+)
 
 # a micro-batch holds rows of at least this share of its longest: the grids' SFT mixes
 # ~110-token move samples with ~170-token auxiliary replies, and one pack of both pads

@@ -50,6 +50,7 @@ from ragen.engines.hf_vlm import engine_for
 from ragen.envs.base import derive_seed
 from ragen.envs.registry import slug
 from ragen.errors import ConfigError, EnvUnavailableError
+from ragen.run_layout import RunLock, unwritable_error
 
 from . import advantages, onepass, rollout_phase, run_checkpoints, scoring, update
 from .checkpoint import CheckpointManager
@@ -61,7 +62,6 @@ from .models import TrainModels, build_models, seed_everything
 from .nonfinite import NonFiniteUpdate
 from .phase_clock import PhaseClock
 from .phase_context import PhaseContext
-from .run_lock import RunLock, unwritable_error
 from .run_state import RunState
 from .scoring import logprob_agreement
 from .signals import StepAbandoned, StopSignals, TrainingInterrupted
