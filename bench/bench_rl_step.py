@@ -284,10 +284,17 @@ def run_worker(args, tree: Path, profile: bool = False) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _model_arg(model: str) -> str:
+    """A local folder or file as an absolute path (the worker runs in another checkout);
+    a name (``tiny:nano``, a hub id) as it is."""
+    path = Path(model).expanduser()
+    return str(path.resolve()) if path.exists() else model
+
+
 def worker_args(args) -> list[str]:
     out = [
         "--model",
-        str(Path(args.model).resolve()),
+        _model_arg(args.model),
         "--env",
         args.env,
         "--groups",

@@ -35,10 +35,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, default=1)
     grids = [
         "rollout.reasoning=no_think", "algo=drgrpo", "algo.filter.value=1.0",
-        "algo.ppo_mini_batch_size=2560", "rollout.max_new_tokens=16",
+        "rollout.max_new_tokens=16",
     ]  # fmt: skip
-    p.add_argument("--set", action="append", default=None, help=f"overrides (default {grids})")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=None,
+        help=f"overrides (default {grids} and one minibatch of every turn of the step)",
+    )
     args = p.parse_args(argv)
+    # one optimizer step over the whole step: groups x episodes x up to 10 turns
+    grids.append(f"algo.ppo_mini_batch_size={args.groups * args.group_size * 10}")
 
     import torch
 
