@@ -253,12 +253,17 @@ FROZEN_LAKE_SFT: dict[str, Any] = {
 # from fresh states until the step has its 16 groups. On Sokoban it was the one variant
 # that added over 3 seeds (all groups and StarPO-S's top quarter did not).
 DYNAMIC_SAMPLING = ["algo.filter.value=1.0", "algo.dynamic_sampling.enabled=true"]
-# Sokoban's RL: dynamic sampling with Dr.GRPO's group baseline for 100 steps at lr 1e-4.
+# Sokoban's RL: dynamic sampling with Dr.GRPO's group baseline for 130 steps at lr 1e-4.
 # With StarPO-S's critic (which explained none of the return variance: a turn's advantage
 # was in effect its reward-to-go) the demo's 60 steps added +3.3 to +6.6 and the gain was
 # still rising at step 60; without the critic a step costs about a third less, and 100
 # steps from the same warm starts added +5.5 to +11.9 on three seeds
-# (experiments/grids/configs/demo-sk-ds.yaml; at lr 2e-4, +4.3 to +14.8).
+# (experiments/grids/configs/demo-sk-ds.yaml; at lr 2e-4, +4.3 to +14.8). The demo's own
+# 100 steps gave one seed +3.5; its runs resumed to step 125 read +6.6, +14.6, +7.0 and at
+# 150 +9.8, +13.9, +7.4 (experiments/demo_seeds/probes/sokoban_steps), while twice the
+# groups or twice the episodes per group for 70 steps did not lift that seed
+# (experiments/grids/configs/demo-sk-g32.yaml, demo-sk-g8.yaml). 130 steps keep the demo
+# under 20 minutes: each costs ~5 s on one core, and Sokoban is the demo's longest job.
 
 # FrozenLake: what adds from warm starts that fit is the number of episodes each update
 # trains on. 64 groups x 16 = 1,024 episodes a step, every group, Dr.GRPO's group
@@ -271,7 +276,7 @@ DYNAMIC_SAMPLING = ["algo.filter.value=1.0", "algo.dynamic_sampling.enabled=true
 BUDGETS = {
     # what `make demo` runs: the grids with the warm start that fits and RL where it adds
     "full": Budget(
-        rl_steps={"bandit": 40, "frozen_lake": 60, "sokoban": 100},
+        rl_steps={"bandit": 40, "frozen_lake": 60, "sokoban": 130},
         # one move per reply: RL and evaluation play what the warm start was scored on
         reasoning_by_env={"frozen_lake": "no_think", "sokoban": "no_think"},
         max_new_tokens_by_env={"frozen_lake": 16, "sokoban": 16},
