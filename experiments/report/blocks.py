@@ -64,6 +64,7 @@ BLOCKS: dict[str, Renderer] = {
     "demo-readme": _demo(demo.readme_table),
     "demo-results": _demo(demo.results_tables),
     "demo-wall": _demo(demo.wall_time),
+    "demo-sokoban-steps": _demo(demo.sokoban_steps),
     "grid-table": _args(grids.rl_table),
     "grid-steps": _args(grids.steps_table),
     "grid-warm": _args(grids.warm_table),

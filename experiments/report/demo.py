@@ -140,3 +140,29 @@ def wall_time(root: Path = sources.ROOT) -> str:
         span = f"in {minutes[0]:.0f} to {minutes[-1]:.0f} minutes"
     runs = f"{len(minutes)} timed run{'s' if len(minutes) > 1 else ''}"
     return f"{span} ({runs}: {where})"
+
+
+PROBE = "experiments/demo_seeds/probes/sokoban_steps.json"
+
+
+def sokoban_steps(root: Path = sources.ROOT) -> str:
+    """The demo's Sokoban runs resumed past their last step: each seed's paired gain over
+    its warm start at every checkpoint evaluated (``probes/sokoban_steps.json``)."""
+    data = sources.load(PROBE, root)
+    steps = sorted({k for s in data["seeds"].values() for k in s["after RL by step"]}, key=int)
+    rows = []
+    for seed, cell in sorted(data["seeds"].items(), key=lambda kv: int(kv[0])):
+        warm = cell[WARM]
+        gains_by_step = []
+        for k in steps:
+            after = cell["after RL by step"].get(k)
+            if after is None:
+                gains_by_step.append("")
+                continue
+            g = pool([seed_gain(seed, warm, after, len(warm.get("per_state", [])))])
+            gains_by_step.append(g.text(method=False))
+        rows.append([seed, pct(warm["success_rate"]), *gains_by_step])
+    head = ["seed", "warm start", *(f"gain at step {k}" for k in steps)]
+    note = (f"Paired over {len(warm.get('per_state', []))} held-out states, 95% bootstrap "
+            f"intervals. From `{PROBE}`: {sources.describe(PROBE, root)}.")  # fmt: skip
+    return f"{markdown_table(head, rows)}\n\n{note}"
