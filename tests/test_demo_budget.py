@@ -88,7 +88,7 @@ def test_full_budget_trains_sokoban_by_dynamic_sampling_without_a_critic(rl_conf
     assert cfg.model.actor_lr == 1e-4
     assert cfg.algo.dynamic_sampling.enabled and cfg.algo.filter.value == 1.0
     assert cfg.algo.ppo_mini_batch_size == 640
-    assert cfg.trainer.total_steps == 100
+    assert cfg.trainer.total_steps == 130
     assert cfg.rollout.reasoning == "no_think" and cfg.rollout.max_new_tokens == 16
 
 
