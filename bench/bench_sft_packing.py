@@ -2,8 +2,9 @@
 
     .venv/bin/python -m bench.bench_sft_packing --min-fill 0.75   # today's SFT
     .venv/bin/python -m bench.bench_sft_packing --min-fill 0      # one pack per step
-    farm-bench -n 4 --timeout 900 --vs '.venv/bin/python -m bench.bench_sft_packing --min-fill 0' \\
-        -- .venv/bin/python -m bench.bench_sft_packing --min-fill 0.75
+    # whole processes, the two alternated (any timer; e.g. hyperfine):
+    hyperfine -r 4 '.venv/bin/python -m bench.bench_sft_packing --min-fill 0' \\
+        '.venv/bin/python -m bench.bench_sft_packing --min-fill 0.75'
 
 The demo's grid warm start (``ragen.demo.GRID_SFT``) trains on the solver's moves (about
 110 tokens a sample on Sokoban, compact prompts, one state per turn) mixed with as many
