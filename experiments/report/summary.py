@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from experiments.report import demo, findings, grids, sources
 from experiments.report.gains import difference, pct
@@ -35,17 +36,29 @@ def _per_seed(stem: str, env: str) -> str:
 
 
 # -- figures ------------------------------------------------------------------------------
-def demo_figure() -> str:
-    files = sources.demo_seed_files()
-    if not files:
-        return "not measured yet: no `experiments/demo_seeds/results/*.json`"
-    data = sources.load(files[0])
+def _demo_gains(relpath: str) -> str:
+    data = sources.load(relpath)
     cells = []
     for env in demo.ENVS:
         g = demo.gains(data, env)
         if g is not None:
             cells.append(f"{demo.LABELS[env]} {g.text()}, beyond noise on {g.seeds_text()} seeds")
     return "; ".join(cells)
+
+
+def demo_figure() -> str:
+    files = sources.demo_seed_files()
+    if not files:
+        return "not measured yet: no `experiments/demo_seeds/results/*.json`"
+    return _demo_gains(files[0])
+
+
+def demo_variants_figure() -> str:
+    """The demo's other configurations (another float rounding, ...), each by its label."""
+    files = sources.demo_seed_files()[1:]
+    if not files:
+        return "not measured yet: only `default.json` in `experiments/demo_seeds/results/`"
+    return " | ".join(f"`{Path(f).stem}`: {_demo_gains(f)}" for f in files)
 
 
 def finding_figure(key: str) -> str:
@@ -188,7 +201,10 @@ class Claim:
 
 CLAIMS = (
     Claim("`make demo`'s RL gain over seeds (the demo's own command)", demo_figure,
-          tuple(sources.demo_seed_files()) or ("experiments/demo_seeds/results/",), "0, 1, 2"),
+          tuple(sources.demo_seed_files()[:1]) or ("experiments/demo_seeds/results/",), "0, 1, 2"),
+    Claim("the same at another float rounding (`mtb4096`: micro-batches of 4,096 tokens)",
+          demo_variants_figure, tuple(sources.demo_seed_files()[1:]) or
+          ("experiments/demo_seeds/results/",), "0"),
     *(Claim(f"finding {f.number}: {f.claim}", (lambda k=f.key: finding_figure(k)),
             tuple(F(n) for n in f.files), "per FINDINGS") for f in findings.FINDINGS),
     Claim("random and oracle play on the findings' FrozenLake held-out maps", reference_figure,
