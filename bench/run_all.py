@@ -40,8 +40,8 @@ QUICK: dict[str, list[str]] = {
         "bench_scaling": "--rounds 1 --groups 4",
         "bench_sft_packing": "--episodes 8 --steps 3",
         "bench_sharding": "--size nano --ranks 1 2 --steps 1 --ray-steps 1",
-        # grpo: no filter, so 8 x 4 episodes fill the tiny preset's minibatch of 32
         "bench_training_attention": "--model tiny:nano --groups 2 --group-size 4 --rounds 2",
+        # grpo: no filter, so 8 x 4 episodes fill the tiny preset's minibatch of 32
         "bench_trainer": "--steps 1 --size nano --algo grpo --groups 8 --group-size 4 --threads 1",
         "bench_viewer": "--steps 5 --episodes 16",
         "bench_vs_trl": "--steps 1 --prompts 2 --group-size 2",

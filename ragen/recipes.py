@@ -260,7 +260,7 @@ DYNAMIC_SAMPLING = ["algo.filter.value=1.0", "algo.dynamic_sampling.enabled=true
 # steps from the same warm starts added +5.5 to +11.9 on three seeds
 # (experiments/grids/configs/demo-sk-ds.yaml; at lr 2e-4, +4.3 to +14.8). The demo's own
 # 100 steps gave one seed +3.5; its runs resumed to step 125 read +6.6, +14.6, +7.0 and at
-# 150 +9.8, +13.9, +7.4 (experiments/demo_seeds/probes/sokoban_steps), while twice the
+# 150 +9.8, +13.9, +7.4 (experiments/demo_seeds/probes/sokoban_steps.json), while twice the
 # groups or twice the episodes per group for 70 steps did not lift that seed
 # (experiments/grids/configs/demo-sk-g32.yaml, demo-sk-g8.yaml). 130 steps keep the demo
 # under 20 minutes: each costs ~5 s on one core, and Sokoban is the demo's longest job.

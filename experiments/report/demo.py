@@ -150,19 +150,17 @@ def sokoban_steps(root: Path = sources.ROOT) -> str:
     its warm start at every checkpoint evaluated (``probes/sokoban_steps.json``)."""
     data = sources.load(PROBE, root)
     steps = sorted({k for s in data["seeds"].values() for k in s["after RL by step"]}, key=int)
-    rows = []
+    rows, states = [], set()
     for seed, cell in sorted(data["seeds"].items(), key=lambda kv: int(kv[0])):
         warm = cell[WARM]
-        gains_by_step = []
-        for k in steps:
-            after = cell["after RL by step"].get(k)
-            if after is None:
-                gains_by_step.append("")
-                continue
-            g = pool([seed_gain(seed, warm, after, len(warm.get("per_state", [])))])
-            gains_by_step.append(g.text(method=False))
+        states.add(len(warm["per_state"]))
+        by_step = cell["after RL by step"]
+        gains_by_step = [
+            pool([seed_gain(seed, warm, by_step[k], 0)]).text(method=False) if k in by_step else ""
+            for k in steps
+        ]
         rows.append([seed, pct(warm["success_rate"]), *gains_by_step])
     head = ["seed", "warm start", *(f"gain at step {k}" for k in steps)]
-    note = (f"Paired over {len(warm.get('per_state', []))} held-out states, 95% bootstrap "
+    note = (f"Paired over {'/'.join(map(str, sorted(states)))} held-out states, 95% bootstrap "
             f"intervals. From `{PROBE}`: {sources.describe(PROBE, root)}.")  # fmt: skip
     return f"{markdown_table(head, rows)}\n\n{note}"
