@@ -48,6 +48,9 @@ def test_demo_toy_budget_end_to_end(tmp_path, capfd):
     assert "RL gain (points, 95% interval)" in table
     printed = capfd.readouterr().out  # the workers' lines too (their own processes)
     assert "| bandit |" in printed
+    # the longest pipeline's SFT ran first, alone, before the envs went side by side
+    head = printed.index("[sokoban] SFT first, on every thread")
+    assert head < printed.index("running 2 envs, 2 at a time")
     assert "[sokoban] RL gain " in printed and "paired over 4 held-out states" in printed
     # the demo ends with the viewer's site of its runs, and says where it is
     assert (out / "site" / "sokoban" / "rl" / "index.html").exists()

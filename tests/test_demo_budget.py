@@ -42,8 +42,12 @@ def test_stage_sft_applies_the_envs_recipe_over_the_shared_fields(tmp_path, monk
         assert getattr(cfg, key) == value, key
     assert cfg.labels == "expert" and cfg.rollout.reasoning == "no_think"
     assert cfg.rollout.max_new_tokens == 16
-    # Sokoban's warm start stops after 2 epochs of the grids' recipe; FrozenLake's runs 3
-    assert cfg.epochs == 2 and {**SOKOBAN_SFT, "epochs": 3} == {**GRID_SFT, "epochs": 3}
+    # Sokoban's warm start stops after 2 epochs of the grids' recipe (a third only for a
+    # run still on the loss plateau); FrozenLake's runs 3
+    assert cfg.epochs == 2 and cfg.end_fit_min_reply_accuracy == 0.4
+    assert cfg.end_fit_extra_epochs == 2 and cfg.heldout_episodes > 0
+    shared = {k: v for k, v in SOKOBAN_SFT.items() if k != "end_fit_min_reply_accuracy"}
+    assert {**shared, "epochs": 3} == {**GRID_SFT, "epochs": 3}
     demo.stage_sft("frozen_lake")
     assert seen["cfg"].epochs == 3 == BUDGETS["full"].sft_epochs
     # ... or stops earlier, once the warm start solves 40% of its own SFT states

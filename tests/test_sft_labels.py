@@ -1,6 +1,7 @@
 """SFT targets are the solver's moves: noisy or learner rollouts pick the states visited,
 never the labels (DAgger's data), and the warm start's fit is measured on a held-out slice."""
 
+import dataclasses
 import math
 import random
 
@@ -195,3 +196,53 @@ def test_a_model_stuck_at_the_fit_check_is_drawn_again(tiny_model_dir, tmp_path)
     assert history[-1]["step"] == len(history)  # the last try ran its whole schedule
     with pytest.raises(ConfigError, match="fit_check"):
         SFTConfig(fit_check=1.5).validate()
+
+
+def test_a_run_still_on_the_plateau_at_the_end_trains_extra_epochs(tiny_model_dir, tmp_path):
+    """end_fit_min_reply_accuracy: when the training slice's reply accuracy after the last
+    epoch is below it, end_fit_extra_epochs more epochs run, each on a fresh one-epoch
+    schedule, their records continuing the run's steps and epochs; a run at or above the
+    floor (or stopped at its success target) is left as it is."""
+    import json
+
+    from ragen.sft.trainer import _extra_epochs_if_unfit, run_sft
+
+    def history_of(cfg, name):
+        lines = []
+        out = run_sft(tiny_model_dir, tmp_path / name, cfg, log=lines.append)
+        rows = [json.loads(x) for x in (out / "sft_metrics.jsonl").read_text().splitlines()]
+        return rows, lines
+
+    base = SFTConfig(env="frozen_lake", episodes=6, heldout_episodes=2, rollout=WINDOWED,
+                     epochs=1, batch_size=8, lr=1e-3)  # fmt: skip
+    plain, _ = history_of(base, "plain")
+    per_epoch = len(plain)
+    # a floor no few-step run reaches: the extra epochs run
+    stuck_cfg = dataclasses.replace(base, end_fit_min_reply_accuracy=1.0, end_fit_extra_epochs=2)
+    stuck, lines = history_of(stuck_cfg, "stuck")
+    assert len(stuck) == 3 * per_epoch
+    started = stuck[0].pop("extra_epochs")
+    assert started["after_step"] == per_epoch and started["epochs"] == 2
+    assert started["train_reply_accuracy"] == plain[-1]["train_reply_accuracy"]
+    same = ("step", "epoch", "loss", "grad_norm", "lr")  # the scheduled epoch is the plain run's
+    assert [{k: r[k] for k in same} for r in stuck[:per_epoch]] == [
+        {k: r[k] for k in same} for r in plain
+    ]
+    assert [r["step"] for r in stuck] == list(range(1, 3 * per_epoch + 1))
+    assert [r.get("extra_epoch", 0) for r in stuck[::per_epoch]] == [0, 1, 2]
+    assert [r["epoch"] for r in stuck[::per_epoch]] == [0, 1, 2]
+    assert all("train_reply_accuracy" in stuck[i * per_epoch - 1] for i in (1, 2, 3))
+    assert stuck[per_epoch]["lr"] == stuck[0]["lr"]  # each extra epoch: a fresh schedule
+    assert sum("more epoch(s)" in x for x in lines) == 1
+    # at or above the floor, or stopped at its success target: nothing trains
+    floor = dataclasses.replace(base, end_fit_min_reply_accuracy=0.5)
+    for ended in (
+        {"train_reply_accuracy": 0.5},
+        {"train_reply_accuracy": 0.1, "stopped_at_success": 0.4},
+    ):
+        history = [{"step": 3, "epoch": 0, "elapsed_s": 1.0, **ended}]
+        assert _extra_epochs_if_unfit(None, None, [], floor, history, log=print) is history
+    with pytest.raises(ConfigError, match="heldout_episodes > 0"):
+        SFTConfig(end_fit_min_reply_accuracy=0.4).validate()
+    with pytest.raises(ConfigError, match="end_fit_extra_epochs"):
+        SFTConfig(end_fit_extra_epochs=-1).validate()

@@ -12,6 +12,7 @@ HF-format model folder that ``ragen train model=PATH`` and ``ragen eval --model 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -363,6 +364,10 @@ def run_sft(
             model = _redrawn_tiny(model, tokenizer, tiny, init_seed)
     if restarts:
         history[0]["restarts"] = restarts
+    history = _extra_epochs_if_unfit(
+        model, tokenizer, data, cfg, history, log=log, heldout=heldout, on_epoch=on_epoch,
+        dump_dir=out,
+    )  # fmt: skip
 
     check_finite_weights(  # never write a model that would "evaluate" as garbage
         model, f"refusing to save the SFT model to {out}", f"lower --lr (now {cfg.lr:g})"
@@ -394,6 +399,48 @@ def run_sft(
             f.write(json.dumps(rec) + "\n")
     log(f"saved SFT model to {out}")
     return out
+
+
+def _extra_epochs_if_unfit(
+    model, tokenizer, data: list[Trajectory], cfg: SFTConfig, history: list[dict], log, **train_kw
+) -> list[dict]:
+    """``cfg.end_fit_min_reply_accuracy``: when the last epoch's training reply accuracy
+    is below it, ``cfg.end_fit_extra_epochs`` more epochs on ``data``, each from a fresh
+    optimizer and a one-epoch schedule (the same lr, warm-up and data-order seed).
+
+    Returns ``history`` with the extra epochs' records appended (their steps, epochs and
+    seconds continue the run's; each marked ``extra_epoch``) and, when they ran, what
+    started them in ``history[0]["extra_epochs"]``. A run at or above the floor, or one
+    stopped at its success target (a warm start chosen on purpose), is returned as it is.
+    """
+    floor = cfg.end_fit_min_reply_accuracy
+    if not floor or any("stopped_at_success" in rec for rec in history):
+        return history
+    accuracy = next(
+        (rec["train_reply_accuracy"] for rec in reversed(history) if "train_reply_accuracy" in rec),
+        None,
+    )
+    if accuracy is None or accuracy >= floor:
+        return history
+    log(f"sft: training reply accuracy {accuracy:.3f} < {floor} after epoch "
+        f"{history[-1]['epoch']}: the model is still on the loss plateau; "
+        f"{cfg.end_fit_extra_epochs} more epoch(s)")  # fmt: skip
+    history[0]["extra_epochs"] = {
+        "after_step": history[-1]["step"],
+        "train_reply_accuracy": accuracy,
+        "epochs": cfg.end_fit_extra_epochs,
+    }
+    one_epoch = dataclasses.replace(cfg, epochs=1, fit_check=0.0, max_seconds=None)
+    for extra in range(1, cfg.end_fit_extra_epochs + 1):
+        last = history[-1]
+        more = train_sft(model, tokenizer, data, one_epoch, log=log, **train_kw)
+        for rec in more:
+            rec["step"] += last["step"]
+            rec["epoch"] += last["epoch"] + 1
+            rec["elapsed_s"] += last["elapsed_s"]
+            rec["extra_epoch"] = extra
+        history = history + more
+    return history
 
 
 _NO_ROOM_FIX = "free space on that disk, or write the model elsewhere (--out), and run again"
