@@ -295,12 +295,13 @@ class Demo:
         ``jobs > 1`` runs whole env pipelines in separate processes, each with an equal
         share of the CPU threads: the tiny models are too small for one process to keep
         several cores busy, so two single-threaded envs side by side finish sooner than
-        two envs one after the other on two threads. SFT is the exception: the longest
-        pipeline's SFT (Sokoban's) runs first, alone, in this process on every thread
-        (on 2 cores 1.7x its single-threaded speed), and only then do the pipelines go
-        side by side; that shortens the demo's critical path, most of all when that SFT
-        needs extra epochs (``SFTConfig.end_fit_min_reply_accuracy``). Its warm start is
-        then the one ``--env sokoban --jobs 1`` trains too.
+        two envs one after the other on two threads. One SFT is the exception: that of
+        the budget's ``sft_first`` env (Sokoban's, the longest pipeline) runs first,
+        alone, in this process on every thread (on 2 cores 1.7x its single-threaded
+        speed), and only then do the pipelines go side by side; that shortens the
+        demo's critical path, most of all when that SFT needs extra epochs
+        (``SFTConfig.end_fit_min_reply_accuracy``). Its warm start is then the one
+        ``--env sokoban --jobs 1`` trains too.
         """
         tic = time.perf_counter()
         if "tiny" in stages:
@@ -309,8 +310,8 @@ class Demo:
         if per_env:
             if jobs > 1 and len(self.envs) > 1:
                 done: dict[str, list[str]] = {}
-                if "sft" in per_env:
-                    head = max(self.envs, key=self.turns_of_work)
+                head = self.budget.sft_first
+                if "sft" in per_env and head in self.envs:
                     self.log(
                         f"[{head}] SFT first, on every thread, before the envs run side by side"
                     )
