@@ -20,6 +20,9 @@ def test_demo_toy_budget_end_to_end(tmp_path, capfd):
         rl = out / env / "rl"
         assert (rl / "metrics.jsonl").exists() and (rl / "config.yaml").exists()
         assert list((rl / "checkpoints").glob("step_*/actor/model.safetensors"))
+    # the toy Sokoban warm start ends below its fit floor: its extra epochs ran
+    first = json.loads((out / "sokoban" / "sft" / "sft_metrics.jsonl").read_text().splitlines()[0])
+    assert first["extra_epochs"]["epochs"] == 2
     results = json.loads((out / "results.json").read_text())
     policies = {"random", "oracle", "warm start (SFT)", "after RL"}
     for env in ("bandit", "sokoban"):

@@ -244,5 +244,10 @@ def test_a_run_still_on_the_plateau_at_the_end_trains_extra_epochs(tiny_model_di
         assert _extra_epochs_if_unfit(None, None, [], floor, history, log=print) is history
     with pytest.raises(ConfigError, match="heldout_episodes > 0"):
         SFTConfig(end_fit_min_reply_accuracy=0.4).validate()
+    # the auxiliary data of a run with a floor have no held-out slice and no floor
+    from ragen.sft.expert_data import auxiliary_config
+
+    aux = dataclasses.replace(floor, aux_reasoning="grounding", aux_episodes=4)
+    auxiliary_config(aux).validate()
     with pytest.raises(ConfigError, match="end_fit_extra_epochs"):
         SFTConfig(end_fit_extra_epochs=-1).validate()

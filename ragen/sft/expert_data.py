@@ -95,11 +95,12 @@ def make_expert_data(
 
 def auxiliary_config(cfg: SFTConfig) -> SFTConfig:
     """The config of the auxiliary data: ``cfg`` with the auxiliary reply format, its own
-    episode count and other training states (a seed no other data uses)."""
+    episode count and other training states (a seed no other data uses); no held-out
+    slice, so nothing that reads one (the end-of-SFT fit floor) either."""
     rollout = replace(cfg.rollout, reasoning=cfg.aux_reasoning)
     return replace(
         cfg, rollout=rollout, episodes=cfg.aux_episodes, seed=cfg.seed + 7919,
-        aux_reasoning=None, aux_episodes=0, heldout_episodes=0,
+        aux_reasoning=None, aux_episodes=0, heldout_episodes=0, end_fit_min_reply_accuracy=0.0,
     )  # fmt: skip
 
 
