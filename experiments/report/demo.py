@@ -164,3 +164,25 @@ def sokoban_steps(root: Path = sources.ROOT) -> str:
     note = (f"Paired over {'/'.join(map(str, sorted(states)))} held-out states, 95% bootstrap "
             f"intervals. From `{PROBE}`: {sources.describe(PROBE, root)}.")  # fmt: skip
     return f"{markdown_table(head, rows)}\n\n{note}"
+
+
+EXTRA_EPOCHS = "experiments/demo_seeds/probes/sokoban_extra_epochs.json"
+
+
+def sokoban_extra_epochs(root: Path = sources.ROOT) -> str:
+    """A Sokoban warm start stuck on the SFT loss plateau, trained 0, 1 and 2 more epochs:
+    each arm's training reply accuracy, warm start and paired RL gain
+    (``probes/sokoban_extra_epochs.json``)."""
+    data = sources.load(EXTRA_EPOCHS, root)
+    rows, states = [], set()
+    for name, arm in data["arms"].items():
+        states.add(len(arm[WARM]["per_state"]))
+        gain = pool([seed_gain(name, arm[WARM], arm[AFTER], 0)]).text(method=False)
+        accuracy = arm["fit"].get("train_reply_accuracy")
+        shown = f"{accuracy:.2f}" if accuracy is not None else "?"
+        rows.append([name, shown, pct(arm[WARM]["success_rate"]), pct(arm[AFTER]["success_rate"]), gain])  # fmt: skip
+    head = ["Sokoban warm start", "training reply accuracy", "warm start", "after RL", "RL gain"]
+    note = (f"Seed 0 at `--micro-token-budget 4096`; paired over {'/'.join(map(str, sorted(states)))} "
+            f"held-out states, 95% bootstrap intervals. From `{EXTRA_EPOCHS}`: "
+            f"{sources.describe(EXTRA_EPOCHS, root)}.")  # fmt: skip
+    return f"{markdown_table(head, rows)}\n\n{note}"
