@@ -60,7 +60,28 @@ def seed_record(folder: Path) -> dict[str, Any]:
                 f"{path}: {env} has no per-state outcomes (a demo from before they were "
                 "kept). Fix: run that seed again"
             )
+        fit = sft_fit(folder / env / "sft" / "sft_metrics.jsonl")
+        if fit and env in data:
+            data[env]["sft_fit"] = fit
     return data
+
+
+def sft_fit(metrics: Path) -> dict[str, Any] | None:
+    """How a warm start's SFT ended (its ``sft_metrics.jsonl``): the training and
+    held-out reply accuracy after its last epoch, its optimizer steps, and the extra
+    epochs the fit floor gave it (``SFTConfig.end_fit_min_reply_accuracy``), if any."""
+    if not metrics.is_file():
+        return None
+    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    ends = [r for r in rows if "train_reply_accuracy" in r]
+    if not rows or not ends:
+        return None
+    return {
+        "steps": rows[-1]["step"],
+        "train_reply_accuracy": ends[-1]["train_reply_accuracy"],
+        "heldout_reply_accuracy": ends[-1].get("heldout_reply_accuracy"),
+        "extra_epochs": rows[0].get("extra_epochs"),
+    }
 
 
 def summarize(runs: dict[int, dict[str, Any]]) -> dict[str, Any]:
@@ -145,9 +166,14 @@ def main(argv: list[str] | None = None) -> int:
     runs = {s: seed_record(base / f"seed{s}") for s in args.seeds}
     summary = summarize(runs)
     command = "python -m experiments.demo_seeds.run " + " ".join(argv or sys.argv[1:])
+    made = provenance(command)  # command, device, commit, date
+    if args.report_only and previous.get("commit"):
+        # nothing ran: the runs keep the command, commit and date that made them
+        keys = ("command", "device", "commit", "date")
+        made = {**{k: previous[k] for k in keys if k in previous}, "rebuilt_by": made}
     payload = {
         "label": args.label,
-        **provenance(command),  # command, device, commit, date
+        **made,
         "demo_command": "python -m ragen.demo --seed N " + " ".join(args.demo_arg),
         "seeds": args.seeds,
         "wall_seconds": {str(s): wall[s] for s in args.seeds if s in wall},

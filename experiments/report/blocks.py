@@ -66,6 +66,7 @@ BLOCKS: dict[str, Renderer] = {
     "demo-wall": _demo(demo.wall_time),
     "demo-sokoban-steps": _demo(demo.sokoban_steps),
     "demo-sokoban-extra-epochs": _demo(demo.sokoban_extra_epochs),
+    "demo-fit-floor": _demo(demo.fit_floor),
     "grid-table": _args(grids.rl_table),
     "grid-steps": _args(grids.steps_table),
     "grid-warm": _args(grids.warm_table),

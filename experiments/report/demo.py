@@ -186,3 +186,35 @@ def sokoban_extra_epochs(root: Path = sources.ROOT) -> str:
             f"held-out states, 95% bootstrap intervals. From `{EXTRA_EPOCHS}`: "
             f"{sources.describe(EXTRA_EPOCHS, root)}.")  # fmt: skip
     return f"{markdown_table(head, rows)}\n\n{note}"
+
+
+def fit_floor(root: Path = sources.ROOT) -> str:
+    """An inline phrase: which Sokoban warm starts of the demo-over-seeds files the fit
+    floor (``SFTConfig.end_fit_min_reply_accuracy``) gave extra epochs, and where the
+    others ended (each run's ``sft_fit``, from its ``sft_metrics.jsonl``)."""
+    fired, passed = [], []
+    for relpath in sources.demo_seed_files(root):
+        data = sources.load(relpath, root)
+        label = Path(relpath).stem
+        for seed, envs in sorted(data.get("runs", {}).items(), key=lambda kv: int(kv[0])):
+            row = envs.get("sokoban", {})
+            fit = row.get("sft_fit")
+            if not fit:
+                continue
+            if fit.get("extra_epochs"):
+                before = fit["extra_epochs"]["train_reply_accuracy"]
+                gain = pool([seed_gain(seed, row[WARM], row[AFTER], 0)]).text(method=False)
+                fired.append(
+                    f"`{label}` seed {seed} (training reply accuracy {before:.2f} after its "
+                    f"scheduled epochs, {fit['train_reply_accuracy']:.2f} after "
+                    f"{fit['extra_epochs']['epochs']} more; warm start "
+                    f"{pct(row[WARM]['success_rate'])}, RL {gain})"
+                )
+            else:
+                passed.append(f"{fit['train_reply_accuracy']:.2f} (`{label}` seed {seed})")
+    total = len(fired) + len(passed)
+    if not total:
+        return "not recorded in these results files (`sft_fit`: runs before the fit floor)"
+    head = f"the fit floor gave {len(fired)} of {total} Sokoban warm starts extra epochs"
+    return (head + (": " + "; ".join(fired) if fired else "")
+            + ("; the others ended at " + ", ".join(passed) if passed else ""))  # fmt: skip

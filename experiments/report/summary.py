@@ -61,6 +61,17 @@ def demo_variants_figure() -> str:
     return " | ".join(f"`{Path(f).stem}`: {_demo_gains(f)}" for f in files)
 
 
+def _variant_seeds() -> str:
+    """The seeds of each of the demo's other configurations, by its label."""
+    return (
+        "; ".join(
+            f"{', '.join(map(str, sources.load(f).get('seeds', [])))} (`{Path(f).stem}`)"
+            for f in sources.demo_seed_files()[1:]
+        )
+        or "-"
+    )
+
+
 def finding_figure(key: str) -> str:
     f = findings.BY_KEY[key]
     parts = f.parts()
@@ -202,9 +213,9 @@ class Claim:
 CLAIMS = (
     Claim("`make demo`'s RL gain over seeds (the demo's own command)", demo_figure,
           tuple(sources.demo_seed_files()[:1]) or ("experiments/demo_seeds/results/",), "0, 1, 2"),
-    Claim("the same at another float rounding (`mtb4096`: micro-batches of 4,096 tokens)",
+    Claim("the same at other float roundings (`mtbN`: micro-batches of N tokens)",
           demo_variants_figure, tuple(sources.demo_seed_files()[1:]) or
-          ("experiments/demo_seeds/results/",), "0"),
+          ("experiments/demo_seeds/results/",), _variant_seeds()),
     *(Claim(f"finding {f.number}: {f.claim}", (lambda k=f.key: finding_figure(k)),
             tuple(F(n) for n in f.files), "per FINDINGS") for f in findings.FINDINGS),
     Claim("random and oracle play on the findings' FrozenLake held-out maps", reference_figure,
