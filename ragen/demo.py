@@ -9,7 +9,7 @@ Stages (each can be re-run alone with ``--stage``; results accumulate in
     eval     held-out validation seeds: random, oracle, warm start, after RL
     report   table (results.md) and learning curves (curves.png)
 
-    python -m ragen.demo                       # everything, about 18 min on 2 CPU cores
+    python -m ragen.demo                       # everything, 17-20 min on 2 CPU cores
     python -m ragen.demo --budget classic      # the earlier demo, ~8 min (no grid gains)
     python -m ragen.demo --stage rl --env sokoban
     python -m ragen.demo --budget toy          # seconds; what the end-to-end test runs
@@ -438,7 +438,7 @@ def _add_args(p: argparse.ArgumentParser) -> None:
         "--budget",
         choices=sorted(BUDGETS),
         default="full",
-        help="full: the demo (about 18 min on 2 cores); classic: the earlier ~8-minute demo, "
+        help="full: the demo (17-20 min on 2 cores); classic: the earlier ~8-minute demo, "
         "whose RL adds nothing on the grids; toy: the full pipeline in seconds",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the model, data and training")
