@@ -91,3 +91,31 @@ def test_one_rl_step_repeats_to_the_last_digit_at_one_budget(tiny_model_dir, tmp
     rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if " | " in line]
     assert rows[0] == ["metric", "budget 256", "budget 256"]
     assert len(rows) > 5 and all(r[1] == r[2] for r in rows[1:])
+
+
+def test_the_eval_phase_evaluates_a_trained_run_without_training_it(tmp_path, monkeypatch):
+    """``--phase eval``: a run whose evaluation was lost (its process killed after RL)
+    gets every saved checkpoint evaluated and its row written, its training untouched."""
+    import json
+
+    import experiments.grids.run as study
+
+    run = tmp_path / "sokoban" / "seed0" / "control"
+    for step in (20, 40):
+        _checkpoint(run, step)
+    steps = [{"step": k, "timing/step": 2.0, "rollout/success_rate": 0.25} for k in range(1, 41)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in steps))
+    seen = []
+
+    def heldout(cfg, env, path):
+        seen.append(path)
+        return {"success_rate": 0.5 if "000020" in path else 0.75}
+
+    monkeypatch.setattr(study, "heldout_success", heldout)
+    monkeypatch.setattr(study, "rl_job", lambda *a: pytest.fail("--phase eval trained"))
+    args = ["--config", "tiny-cpu", "--out", str(tmp_path), "--phase", "eval"]
+    assert study.main([*args, "envs=[sokoban]", "seeds=[0]", "rl.variants={control: []}"]) == 0
+    row = json.loads((tmp_path / "results.json").read_text())["sokoban"]["0"]["control"]
+    assert seen[0].endswith("step_000040/actor") and len(seen) == 2
+    assert row["heldout_by_step"] == {"20": 0.5, "40": 0.75} and row["success_rate"] == 0.75
+    assert row["steps"] == 40 and row["rl_seconds"] == 80.0  # the steps' own timing

@@ -110,3 +110,42 @@ def test_the_demo_blocks_from_a_demo_over_seeds_file(tmp_path):
     full = demo.results_tables(tmp_path)
     assert full.count("| Sokoban |") == 4  # three seeds and the pooled row
     assert "seed 2 20.0 min" in full and "17 to 20 minutes" in demo.wall_time(tmp_path)
+
+
+def test_the_temperature_table_pairs_each_step_with_the_warm_start(monkeypatch):
+    """``grid-temps``: a step's gain at each temperature is paired state by state against
+    the warm start at that same temperature; a step without per-state outcomes shows -."""
+    from experiments.report import grids
+
+    def evaluation(outcomes, at_one=None):
+        record = {"success_rate": sum(outcomes) / len(outcomes), "per_state": outcomes}
+        if at_one is not None:
+            record["at_temperature"] = {"1.0": evaluation(at_one)}
+        return record
+
+    half, quarter = [0.0] * 10 + [1.0] * 10, [0.0] * 15 + [1.0] * 5  # 20 states
+    warm = evaluation(half, at_one=quarter)
+    study = {
+        "config": {"eval_temperature": 0.5, "extra_eval_temperatures": [1.0]},
+        "sokoban": {
+            "0": {
+                "warm": warm,
+                "control": {
+                    "evals_by_step": {
+                        "20": evaluation([1.0] * 20, at_one=quarter),
+                        "10": {"success_rate": 0.5},
+                    }
+                },
+            }
+        },
+    }
+    monkeypatch.setattr(grids, "data", lambda stem: study)
+    monkeypatch.setattr(grids.sources, "provenance_line", lambda paths: "")
+    table = grids.temps_table(["levers"])
+    rows = [line for line in table.splitlines() if line.startswith("| sokoban")]
+    assert [r.split(" | ")[3] for r in rows] == ["10", "20"]  # by step, as numbers
+    assert rows[0].endswith("| - | - |")
+    assert "50.0% -> 100.0%: +50.0 [" in rows[1]  # +10 of 20 states at temperature 0.5
+    assert "(above 0)" in rows[1]  # every resample gains
+    assert "25.0% -> 25.0%: +0.0 [+0.0, +0.0] (holds 0)" in rows[1]  # unchanged at 1.0
+    assert "temperature 1.0" in table.splitlines()[0]

@@ -39,6 +39,7 @@
 # with two RL step sizes), BENCH_ROLLOUT=0 (no rollout bench), BENCH_ENGINES (default
 # static,static-graphs,eager), BENCH_TURNS (default 5), CUDA_TESTS=0 (skip them),
 # EVAL_RESERVE (seconds kept for the held-out evaluations after RL; default 100),
+# STUDY_JOBS (RL runs side by side on the card; default 4),
 # BENCH_REASONING=0 (skip the reasoning statistics' one-call vs per-prompt bench).
 set -u
 STUDY_CONFIG=${STUDY_CONFIG:-smollm2-gpu}
@@ -97,7 +98,7 @@ say "rollout bench -> bench_rollout.log, then CUDA tests -> cuda_tests.log (back
 TESTS_PID=$!
 
 say "grids study ($STUDY_CONFIG) -> grids.log"
-python3 -m experiments.grids.run --config "$STUDY_CONFIG" --out runs/grids_gpu --jobs 4 \
+python3 -m experiments.grids.run --config "$STUDY_CONFIG" --out runs/grids_gpu --jobs "${STUDY_JOBS:-4}" \
     --finish-by $((BUDGET_S - 20 - SECONDS)) --eval-reserve "${EVAL_RESERVE:-100}" "$@" > "$OUT_DIR/grids.log" 2>&1
 say "study exit $?"
 grep -E "^\||FAIL|Error|sft epoch|time budget|steps fit|RL time box" "$OUT_DIR/grids.log" | grep -v -i warn | tail -40

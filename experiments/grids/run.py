@@ -16,7 +16,8 @@ Two phases, each a pool of processes (``--jobs`` at a time; on a GPU they share 
 2. **RL**, one run per (env, seed, variant), from that warm start (``ragen train``),
    evaluated on the same states with the same sampling seed, so gains pair state by
    state; with ``rl.eval_every`` every saved checkpoint is evaluated too (the report's
-   gain by RL step).
+   gain by RL step). ``--phase eval`` evaluates runs already trained (their saved
+   checkpoints) without training them again: an evaluation lost to a killed process.
 
 ``--finish-by S`` time-boxes the sweep (seconds from the start): the warm starts' SFT
 gets ``sft.max_seconds`` (the config's), the RL runs ``trainer.max_minutes`` = what is
@@ -275,7 +276,6 @@ def rl_job(
     import torch
 
     from ragen.trainer.config import load_config
-    from ragen.trainer.metrics_logger import read_metrics
     from ragen.trainer.starpo import StarPOTrainer
 
     torch.set_num_threads(cfg.threads)
@@ -285,11 +285,33 @@ def rl_job(
         shutil.rmtree(folder)  # a re-run starts over
     tic = time.perf_counter()
     StarPOTrainer(load_config(rl_overrides(out, cfg, env, seed, variant, minutes))).train()
-    rl_s = time.perf_counter() - tic
+    return evaluated_run(out, cfg, env, seed, variant, time.perf_counter() - tic)
+
+
+def eval_job(out: Path, cfg: StudyConfig, env: str, seed: int, variant: str) -> dict[str, Any]:
+    """``--phase eval``: the held-out evaluation of an RL run that finished training but
+    whose evaluation was lost (a killed process): its saved checkpoints, not trained again."""
+    return evaluated_run(out, cfg, env, seed, variant, None)
+
+
+def evaluated_run(
+    out: Path, cfg: StudyConfig, env: str, seed: int, variant: str, rl_s: float | None
+) -> dict[str, Any]:
+    """One trained RL run's record: every saved checkpoint evaluated on the held-out
+    states (the last one is the run's result). ``rl_s``: the run's wall seconds; None
+    (evaluated after the fact) sums its steps' own ``timing/step``."""
+    import torch
+
+    from ragen.trainer.metrics_logger import read_metrics
+
+    torch.set_num_threads(cfg.threads)
+    folder = rl_dir(out, env, seed, variant)
     ckpts = sorted((folder / "checkpoints").glob("step_*[0-9]"), key=lambda p: int(p.name[5:]))
     if not ckpts:
         raise RuntimeError(f"RL run {folder} saved no checkpoint")
     records = read_metrics(folder)
+    if rl_s is None:
+        rl_s = sum(r.get("timing/step", 0.0) for r in records)
     train_curve = [r.get("rollout/success_rate") for r in records]
     result = heldout_success(cfg, env, str(ckpts[-1] / "actor"))
     # every saved checkpoint (rl.eval_every), by the step its name holds: held-out
@@ -494,7 +516,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=1, help="processes side by side")
     p.add_argument("--finish-by", type=float, default=None, help="seconds: time-box the sweep")
     p.add_argument("--eval-reserve", type=float, default=60.0, help="seconds kept for eval")
-    p.add_argument("--phase", choices=("warm", "rl", "all"), default="all")
+    p.add_argument(
+        "--phase",
+        choices=("warm", "rl", "eval", "all"),
+        default="all",
+        help="eval: evaluate RL runs already trained (their checkpoints) again, no training",
+    )
     p.add_argument("--report-only", action="store_true")
     p.add_argument("--help-config", action="store_true", help="every config key with its help")
     args = p.parse_args(argv)
@@ -522,6 +549,14 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"RL time box: {minutes:.1f} min per run", flush=True)
             jobs = [
                 (rl_job, out, cfg, env, seed, variant, minutes)
+                for env in cfg.envs
+                for seed in cfg.seeds
+                for variant in cfg.rl.variants
+            ]
+            failures += run_pool(jobs, args.jobs, results.add)
+        if args.phase == "eval":
+            jobs = [
+                (eval_job, out, cfg, env, seed, variant)
                 for env in cfg.envs
                 for seed in cfg.seeds
                 for variant in cfg.rl.variants

@@ -72,6 +72,7 @@ BLOCKS: dict[str, Renderer] = {
     "grid-warm": _args(grids.warm_table),
     "grid-runs": _args(grids.run_table),
     "grid-evals": _args(grids.eval_table),
+    "grid-temps": _args(grids.temps_table),
     "repeat-check": _one(repeat_check),
     "bench-rl-step": _args(speed.rl_step_table),
     "bench-eval": _args(speed.eval_table),

@@ -248,6 +248,52 @@ def run_table(args: list[str]) -> str:
     )
 
 
+def _at(record: dict[str, Any], temperature: str | None) -> dict[str, Any] | None:
+    """One evaluation's record at the study's temperature (None) or at another one."""
+    return record if temperature is None else record.get("at_temperature", {}).get(temperature)
+
+
+def temps_table(args: list[str]) -> str:
+    """``grid-temps STEM``: each RL run's held-out gain over its warm start at every
+    evaluated step, at the study's evaluation temperature and at each of its
+    ``extra_eval_temperatures``, paired state by state with its 95% bootstrap interval
+    and which side of 0 that interval lies on (one run's states: what the interval says
+    of this warm start and seed, not of seeds); a cell is ``-`` where an evaluation did
+    not keep its per-state outcomes."""
+    from ragen.stats import paired_bootstrap
+
+    (stem,), _ = _split(args)
+    d = data(stem)
+    config = d["config"]
+    temps = [None] + [str(float(t)) for t in config.get("extra_eval_temperatures", [])]
+    rows = []
+    for env in sources.grid_envs(d):
+        for variant in sources.grid_variants(d, env):
+            for seed in sorted(d[env], key=int):
+                row = d[env][seed]
+                if variant not in row or "warm" not in row:
+                    continue
+                evals = row[variant].get("evals_by_step", {})
+                for step, ev in sorted(evals.items(), key=lambda kv: int(kv[0])):
+                    cells = []
+                    for t in temps:
+                        before, after = _at(row["warm"], t), _at(ev, t)
+                        if not before or not after or "per_state" not in after:
+                            cells.append("-")
+                            continue
+                        diff = [a - b for a, b in zip(after["per_state"], before["per_state"])]
+                        gain = paired_bootstrap(diff).points()
+                        side = "holds 0" if not gain.excludes_zero else (
+                            "above 0" if gain.low > 0 else "below 0")  # fmt: skip
+                        cells.append(f"{pct(before['success_rate'])} -> "
+                                     f"{pct(after['success_rate'])}: {gain.format()} ({side})")  # fmt: skip
+                    rows.append([env, f"`{variant}`", seed, step, *cells])
+    names = [config.get("eval_temperature", 0.5), *temps[1:]]
+    head = ["env", "variant", "seed", "RL step",
+            *[f"temperature {t}: warm start -> after RL: gain [95%]" for t in names]]  # fmt: skip
+    return markdown_table(head, rows) + "\n\n" + sources.provenance_line([path(stem)])
+
+
 def _num(x: float | None) -> str:
     return "-" if x is None else f"{x:.1f}"
 
