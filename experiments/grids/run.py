@@ -263,6 +263,11 @@ def rl_overrides(
     return items
 
 
+def rl_runs(cfg: StudyConfig) -> list[tuple[str, int, str]]:
+    """Every RL run of the study: ``(env, seed, variant)``."""
+    return [(e, s, v) for e in cfg.envs for s in cfg.seeds for v in cfg.rl.variants]
+
+
 def rl_dir(out: Path, env: str, seed: int, variant: str) -> Path:
     return out / env / f"seed{seed}" / variant
 
@@ -291,6 +296,9 @@ def rl_job(
 def eval_job(out: Path, cfg: StudyConfig, env: str, seed: int, variant: str) -> dict[str, Any]:
     """``--phase eval``: the held-out evaluation of an RL run that finished training but
     whose evaluation was lost (a killed process): its saved checkpoints, not trained again."""
+    import torch
+
+    torch.set_num_threads(cfg.threads)
     return evaluated_run(out, cfg, env, seed, variant, None)
 
 
@@ -300,11 +308,8 @@ def evaluated_run(
     """One trained RL run's record: every saved checkpoint evaluated on the held-out
     states (the last one is the run's result). ``rl_s``: the run's wall seconds; None
     (evaluated after the fact) sums its steps' own ``timing/step``."""
-    import torch
-
     from ragen.trainer.metrics_logger import read_metrics
 
-    torch.set_num_threads(cfg.threads)
     folder = rl_dir(out, env, seed, variant)
     ckpts = sorted((folder / "checkpoints").glob("step_*[0-9]"), key=lambda p: int(p.name[5:]))
     if not ckpts:
@@ -547,20 +552,10 @@ def main(argv: list[str] | None = None) -> int:
                 left = args.finish_by - (time.perf_counter() - started) - args.eval_reserve
                 minutes = max(left, 30.0) / 60
                 print(f"RL time box: {minutes:.1f} min per run", flush=True)
-            jobs = [
-                (rl_job, out, cfg, env, seed, variant, minutes)
-                for env in cfg.envs
-                for seed in cfg.seeds
-                for variant in cfg.rl.variants
-            ]
+            jobs = [(rl_job, out, cfg, *run, minutes) for run in rl_runs(cfg)]
             failures += run_pool(jobs, args.jobs, results.add)
         if args.phase == "eval":
-            jobs = [
-                (eval_job, out, cfg, env, seed, variant)
-                for env in cfg.envs
-                for seed in cfg.seeds
-                for variant in cfg.rl.variants
-            ]
+            jobs = [(eval_job, out, cfg, *run) for run in rl_runs(cfg)]
             failures += run_pool(jobs, args.jobs, results.add)
     table = report(results.data)
     (out / "results.md").write_text(table)

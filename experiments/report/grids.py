@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.report import sources
-from experiments.report.gains import Gain, mean_sd, pct, pool
+from experiments.report.gains import Gain, mean_sd, pct, pool, seed_gain
 from experiments.report.tables import markdown_table
 from ragen.stats import seed_t_interval
 
@@ -260,8 +260,6 @@ def temps_table(args: list[str]) -> str:
     and which side of 0 that interval lies on (one run's states: what the interval says
     of this warm start and seed, not of seeds); a cell is ``-`` where an evaluation did
     not keep its per-state outcomes."""
-    from ragen.stats import paired_bootstrap
-
     (stem,), _ = _split(args)
     d = data(stem)
     config = d["config"]
@@ -281,8 +279,7 @@ def temps_table(args: list[str]) -> str:
                         if not before or not after or "per_state" not in after:
                             cells.append("-")
                             continue
-                        diff = [a - b for a, b in zip(after["per_state"], before["per_state"])]
-                        gain = paired_bootstrap(diff).points()
+                        gain = pool([seed_gain(seed, before, after, 0)]).interval
                         side = "holds 0" if not gain.excludes_zero else (
                             "above 0" if gain.low > 0 else "below 0")  # fmt: skip
                         cells.append(f"{pct(before['success_rate'])} -> "

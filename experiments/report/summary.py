@@ -196,12 +196,13 @@ LEVERS = "smollm2-cpu-sk-levers"
 def smollm2_levers() -> str:
     """SmolLM2's Sokoban RL from a warm start with room: one optimizer step per update
     against about six, paired on the same 512 held-out rooms."""
-    d = grids.data(LEVERS)["sokoban"]
+    study = grids.data(LEVERS)
+    d, stop = study["sokoban"], study["config"]["sft"]["stop_at_success"]
     warm = d["0"]["warm"]
     onestep = grids.gain(LEVERS, "sokoban", "onestep")
     seeds = ", ".join(f"s{s.seed} {100 * s.gain:+.1f}" for s in onestep.seeds)
     cells = [f"warm start {pct(warm['success_rate'])} (SFT stopped after {warm['sft_steps']} steps, "
-             f"once it solved 35% of its own SFT rooms); one optimizer step per update "
+             f"once it solved {stop:.0%} of its own SFT rooms); one optimizer step per update "
              f"{onestep.text()} ({len(onestep.seeds)} RL seeds from that warm start: {seeds})"]  # fmt: skip
     if "control" in d["0"]:
         cells.append(f"about six (the preset's mini-batches of 32 turns), seed 0: "
